@@ -1,0 +1,385 @@
+// config.json -> one typed ModelConfig for the three architectures (ARCHITECTURE.md §2.1, §3.1,
+// §4.1; K3.md §2). Every field the forward pass uses is read here and nowhere else. A missing or
+// contradictory field is an error naming it; unknown extra fields are ignored.
+//
+// Checkpoint quirks live here too: K3 nests the decoder in `text_config` and prefixes tensors with
+// `language_model.`; Kimi Linear / K3 rename DeepSeek's MoE fields; layer lists are 1-based.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { UserError } from '../util/errors.js';
+
+export type Arch = 'k2' | 'kimi_linear' | 'k3';
+export type AttnKind = 'kda' | 'mla';
+export type FfnKind = 'dense' | 'moe';
+
+export interface LayerSpec {
+  attn: AttnKind;
+  ffn: FfnKind;
+}
+
+export interface YarnConfig {
+  factor: number;
+  originalMaxPosition: number;
+  betaFast: number;
+  betaSlow: number;
+  mscale: number;
+  mscaleAllDim: number;
+}
+
+export interface MlaConfig {
+  heads: number;
+  qLoraRank: number | null;
+  kvLoraRank: number;
+  nopeDim: number;
+  ropeDim: number;
+  vDim: number;
+  /** RoPE on the rope slice (K2) or NoPE (Kimi Linear, K3). */
+  rope: { theta: number; yarn: YarnConfig | null } | null;
+  outputGate: boolean;
+  /** Epsilon of q_a_layernorm / kv_a_layernorm: 1e-6 as Moonshot's HF code (default) or rms_norm_eps (§1.7.6). */
+  latentNormEps: number;
+}
+
+export interface KdaConfig {
+  heads: number;
+  headDim: number;
+  convSize: number;
+  /** K3's bounded gate λ·σ(...) when set; Kimi Linear's −exp(A_log)·softplus(...) when null (§4.3). */
+  gateLowerBound: number | null;
+  fullRankGate: boolean;
+}
+
+export interface ActConfig {
+  kind: 'silu' | 'situ';
+  situBeta: number;
+  /** null: the SiTU up factor is plain u (§4.6). */
+  situLinearBeta: number | null;
+}
+
+export interface MoeConfig {
+  experts: number;
+  topK: number;
+  shared: number;
+  intermediate: number;
+  groups: number;
+  topkGroup: number;
+  renormalize: boolean;
+  scaling: number;
+  /** K3 latent MoE width (routed_expert_hidden_size), or null for plain MoE. */
+  latentDim: number | null;
+  latentNorm: boolean;
+  /** Kimi Linear HF remote-code quirk: routing weights read the biased score (§3.6). Default false. */
+  biasedWeights: boolean;
+  /** 'k2': mlp.experts.N.{gate,up,down}_proj; 'kimi': block_sparse_moe.experts.N.{w1,w3,w2}. */
+  naming: 'k2' | 'kimi';
+}
+
+export interface ModelConfig {
+  arch: Arch;
+  /** 'language_model.' for K3, '' otherwise. */
+  prefix: string;
+  vocabSize: number;
+  hiddenSize: number;
+  numLayers: number;
+  rmsNormEps: number;
+  intermediateSize: number;
+  layers: LayerSpec[];
+  /** 1-based MLA layer list as given (K3, Kimi Linear) or null (K2: every layer is MLA). */
+  fullAttnLayers: number[] | null;
+  mla: MlaConfig;
+  kda: KdaConfig | null;
+  act: ActConfig;
+  moe: MoeConfig;
+  /** Attention Residuals block size (K3), or null. */
+  attnResBlock: number | null;
+  bosTokenId: number | null;
+  eosTokenIds: number[];
+  maxPositions: number;
+}
+
+/** Switches for the places where sources disagree (ARCHITECTURE.md §8). Defaults follow shared/golden/README.md. */
+export interface ConfigOverrides {
+  /** 'reference' (1e-6, default) or 'config' (rms_norm_eps, as vLLM / llama.cpp / the C engine). */
+  mlaLatentNormEps?: 'reference' | 'config';
+  /** Kimi Linear: gather routing weights from the biased scores (HF remote code). Default false. */
+  kimiLinearBiasedWeights?: boolean;
+}
+
+type Json = Record<string, unknown>;
+
+class Reader {
+  constructor(
+    private readonly file: string,
+    private readonly objs: { obj: Json; path: string }[],
+  ) {}
+  private find(names: string[]): { value: unknown; where: string } | undefined {
+    for (const { obj, path: p } of this.objs) {
+      for (const n of names) {
+        if (Object.prototype.hasOwnProperty.call(obj, n) && obj[n] !== undefined) return { value: obj[n], where: p + n };
+      }
+    }
+    return undefined;
+  }
+  private missing(names: string[]): never {
+    throw new UserError(`${this.file}: missing required field ${this.objs[0]!.path}${names[0]}${names.length > 1 ? ` (or ${names.slice(1).join(', ')})` : ''}`);
+  }
+  has(...names: string[]): boolean {
+    const f = this.find(names);
+    return f !== undefined && f.value !== null;
+  }
+  num(...names: string[]): number {
+    const f = this.find(names);
+    if (!f || f.value === null) this.missing(names);
+    if (typeof f.value !== 'number' || !Number.isFinite(f.value)) throw new UserError(`${this.file}: field ${f.where} must be a number, got ${JSON.stringify(f.value)}`);
+    return f.value;
+  }
+  int(...names: string[]): number {
+    const v = this.num(...names);
+    if (!Number.isInteger(v) || v < 0) throw new UserError(`${this.file}: field ${names[0]} must be a non-negative integer, got ${v}`);
+    return v;
+  }
+  pos(...names: string[]): number {
+    const v = this.int(...names);
+    if (v <= 0) throw new UserError(`${this.file}: field ${names[0]} must be positive, got ${v}`);
+    return v;
+  }
+  optNum(def: number | null, ...names: string[]): number | null {
+    return this.has(...names) ? this.num(...names) : def;
+  }
+  optInt(def: number, ...names: string[]): number {
+    return this.has(...names) ? this.int(...names) : def;
+  }
+  bool(def: boolean, ...names: string[]): boolean {
+    const f = this.find(names);
+    if (!f || f.value === null) return def;
+    if (typeof f.value !== 'boolean') throw new UserError(`${this.file}: field ${f.where} must be true or false`);
+    return f.value;
+  }
+  str(def: string | null, ...names: string[]): string | null {
+    const f = this.find(names);
+    if (!f || f.value === null) return def;
+    if (typeof f.value !== 'string') throw new UserError(`${this.file}: field ${f.where} must be a string`);
+    return f.value;
+  }
+  obj(...names: string[]): Json | null {
+    const f = this.find(names);
+    if (!f || f.value === null) return null;
+    if (typeof f.value !== 'object' || Array.isArray(f.value)) throw new UserError(`${this.file}: field ${f.where} must be an object`);
+    return f.value as Json;
+  }
+  intList(...names: string[]): number[] | null {
+    const f = this.find(names);
+    if (!f || f.value === null) return null;
+    if (!Array.isArray(f.value) || !f.value.every((x) => Number.isInteger(x))) throw new UserError(`${this.file}: field ${f.where} must be a list of integers`);
+    return f.value as number[];
+  }
+  ids(...names: string[]): number[] {
+    const f = this.find(names);
+    if (!f || f.value === null) return [];
+    if (typeof f.value === 'number') return [f.value];
+    if (Array.isArray(f.value) && f.value.every((x) => Number.isInteger(x))) return f.value as number[];
+    throw new UserError(`${this.file}: field ${f.where} must be an id or a list of ids`);
+  }
+  fail(msg: string): never {
+    throw new UserError(`${this.file}: ${msg}`);
+  }
+}
+
+/** Read `config.json` from a checkpoint directory (or a path to the file itself). */
+export function loadConfig(dirOrFile: string, overrides: ConfigOverrides = {}): ModelConfig {
+  const file = dirOrFile.endsWith('.json') ? dirOrFile : path.join(dirOrFile, 'config.json');
+  let raw: string;
+  try {
+    raw = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new UserError(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? String(e)})`, (e as NodeJS.ErrnoException).code === 'ENOENT' ? 2 : 1);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    throw new UserError(`${file}: not valid JSON`);
+  }
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new UserError(`${file}: not a JSON object`);
+  return parseConfig(json as Json, file, overrides);
+}
+
+export function parseConfig(top: Json, file: string, overrides: ConfigOverrides = {}): ModelConfig {
+  const modelType = typeof top.model_type === 'string' ? top.model_type : null;
+  let arch: Arch;
+  let text: Json = top;
+  let prefix = '';
+  let textPath = '';
+  if (modelType === 'kimi_k3') {
+    const tc = top.text_config;
+    if (typeof tc !== 'object' || tc === null) throw new UserError(`${file}: missing required field text_config (model_type kimi_k3)`);
+    text = tc as Json;
+    arch = 'k3';
+    prefix = 'language_model.';
+    textPath = 'text_config.';
+  } else if (modelType === 'kimi_linear') {
+    arch = 'kimi_linear';
+  } else if (modelType === 'deepseek_v3' || modelType === 'kimi_k2') {
+    arch = 'k2';
+  } else {
+    throw new UserError(`${file}: model_type ${JSON.stringify(modelType)} is not one of kimi_k3, kimi_linear, kimi_k2, deepseek_v3`);
+  }
+  const lac = (text.linear_attn_config ?? null) as Json | null;
+  const textObj = { obj: text, path: textPath };
+  const lacObj = lac && typeof lac === 'object' ? [{ obj: lac, path: `${textPath}linear_attn_config.` }] : [];
+  // Decoder fields come from text_config first (K3), then the top level; KDA fields from
+  // linear_attn_config first, because the decoder's own `head_dim` (74 for K3, 72 for Kimi
+  // Linear) is an unused derived value.
+  const r = new Reader(file, [textObj, ...lacObj, ...(arch === 'k3' ? [{ obj: top, path: '' }] : [])]);
+  const rk = new Reader(file, [...lacObj, textObj]);
+
+  const numLayers = r.pos('num_hidden_layers');
+  const hiddenSize = r.pos('hidden_size');
+  const vocabSize = r.pos('vocab_size');
+  const rmsNormEps = r.num('rms_norm_eps');
+  const firstDense = r.int('first_k_dense_replace');
+  const moeFreq = r.optInt(1, 'moe_layer_freq');
+  if (moeFreq !== 1) r.fail(`moe_layer_freq ${moeFreq} is not supported (every Kimi / DeepSeek-V3 config uses 1)`);
+  if (r.bool(false, 'tie_word_embeddings')) r.fail('tie_word_embeddings = true is not a Kimi checkpoint (lm_head is separate)');
+
+  // Layer map (§3.2, §4.2): 0-based layer l is MLA iff l+1 is in full_attn_layers (1-based).
+  let fullAttnLayers: number[] | null = null;
+  const attnOf: AttnKind[] = new Array(numLayers).fill('mla');
+  if (arch !== 'k2') {
+    if (!lac) r.fail(`missing required field ${textPath}linear_attn_config`);
+    fullAttnLayers = rk.intList('full_attn_layers');
+    const kdaLayers = rk.intList('kda_layers');
+    if (!fullAttnLayers && !kdaLayers) r.fail(`missing required field ${textPath}linear_attn_config.full_attn_layers (or kda_layers)`);
+    for (const [nm, list] of [['full_attn_layers', fullAttnLayers], ['kda_layers', kdaLayers]] as const) {
+      for (const x of list ?? []) if (x < 1 || x > numLayers) r.fail(`linear_attn_config.${nm} entry ${x} is outside 1..${numLayers} (the lists are 1-based)`);
+    }
+    if (fullAttnLayers) {
+      for (let l = 0; l < numLayers; l++) attnOf[l] = fullAttnLayers.includes(l + 1) ? 'mla' : 'kda';
+    } else {
+      for (let l = 0; l < numLayers; l++) attnOf[l] = kdaLayers!.includes(l + 1) ? 'kda' : 'mla';
+      fullAttnLayers = attnOf.flatMap((a, l) => (a === 'mla' ? [l + 1] : []));
+    }
+    if (fullAttnLayers && kdaLayers) {
+      for (let l = 0; l < numLayers; l++) {
+        const inF = fullAttnLayers.includes(l + 1);
+        const inK = kdaLayers.includes(l + 1);
+        if (inF === inK) r.fail(`linear_attn_config: layer ${l + 1} (1-based) is ${inF ? 'in both' : 'in neither'} full_attn_layers and kda_layers`);
+      }
+    }
+  }
+  const layers: LayerSpec[] = attnOf.map((attn, l) => ({ attn, ffn: l < firstDense ? 'dense' : 'moe' }));
+
+  // MLA (§1.7).
+  const qLora = r.has('q_lora_rank') ? r.pos('q_lora_rank') : null;
+  let rope: MlaConfig['rope'] = null;
+  if (arch === 'k2') {
+    const theta = r.num('rope_theta');
+    const rs = r.obj('rope_scaling');
+    let yarn: YarnConfig | null = null;
+    if (rs) {
+      const type = rs.type ?? rs.rope_type;
+      if (type !== 'yarn') r.fail(`rope_scaling.type ${JSON.stringify(type)} is not supported (only "yarn")`);
+      const rr = new Reader(file, [{ obj: rs, path: 'rope_scaling.' }]);
+      yarn = {
+        factor: rr.num('factor'),
+        originalMaxPosition: rr.pos('original_max_position_embeddings'),
+        betaFast: rr.optNum(32, 'beta_fast')!,
+        betaSlow: rr.optNum(1, 'beta_slow')!,
+        mscale: rr.optNum(1, 'mscale')!,
+        mscaleAllDim: rr.optNum(0, 'mscale_all_dim')!,
+      };
+    }
+    rope = { theta, yarn };
+  } else if (!r.bool(true, 'mla_use_nope')) {
+    r.fail('mla_use_nope = false is not supported for Kimi Linear / K3 (they use NoPE MLA)');
+  }
+  const mla: MlaConfig = {
+    heads: r.pos('num_attention_heads'),
+    qLoraRank: qLora,
+    kvLoraRank: r.pos('kv_lora_rank'),
+    nopeDim: r.pos('qk_nope_head_dim'),
+    ropeDim: r.pos('qk_rope_head_dim'),
+    vDim: r.pos('v_head_dim'),
+    rope,
+    outputGate: arch === 'k3' ? r.bool(true, 'mla_use_output_gate') : r.bool(false, 'mla_use_output_gate'),
+    latentNormEps: overrides.mlaLatentNormEps === 'config' ? rmsNormEps : 1e-6,
+  };
+
+  // KDA (§3.3, §4.3).
+  let kda: KdaConfig | null = null;
+  if (attnOf.includes('kda')) {
+    kda = {
+      heads: rk.pos('num_heads', 'kda_num_heads'),
+      headDim: rk.pos('head_dim', 'kda_head_dim'),
+      convSize: rk.pos('short_conv_kernel_size'),
+      gateLowerBound: rk.optNum(null, 'gate_lower_bound'),
+      fullRankGate: rk.bool(false, 'use_full_rank_gate'),
+    };
+    if (kda.headDim === 0) r.fail('linear_attn_config.head_dim must be positive');
+  }
+  if (arch === 'k3' && (!kda || kda.gateLowerBound === null)) r.fail('K3 needs linear_attn_config.gate_lower_bound');
+
+  // Activation (§1.2, §4.6).
+  const hiddenAct = r.str('silu', 'hidden_act');
+  let act: ActConfig;
+  if (hiddenAct === 'situ') {
+    act = { kind: 'situ', situBeta: r.num('activation_situ_beta', 'situ_beta'), situLinearBeta: r.optNum(null, 'activation_situ_linear_beta', 'situ_linear_beta') };
+  } else if (hiddenAct === 'silu') {
+    act = { kind: 'silu', situBeta: 0, situLinearBeta: null };
+  } else {
+    return r.fail(`hidden_act ${JSON.stringify(hiddenAct)} is not supported (silu or situ)`);
+  }
+
+  // MoE (§1.5; Kimi renames: num_experts <-> n_routed_experts, ...).
+  const kimiNames = arch !== 'k2';
+  const experts = kimiNames ? r.pos('num_experts') : r.pos('n_routed_experts');
+  const topK = kimiNames ? r.pos('num_experts_per_token') : r.pos('num_experts_per_tok');
+  if (topK > experts) r.fail(`${kimiNames ? 'num_experts_per_token' : 'num_experts_per_tok'} ${topK} exceeds the ${experts} experts`);
+  const groups = kimiNames ? r.optInt(1, 'num_expert_group') : r.optInt(1, 'n_group');
+  const topkGroup = r.optInt(1, 'topk_group');
+  if (groups < 1 || experts % groups !== 0) r.fail(`expert groups ${groups} do not divide ${experts} experts`);
+  if (topkGroup < 1 || topkGroup > groups) r.fail(`topk_group ${topkGroup} is outside 1..${groups}`);
+  const scoring = kimiNames ? r.str('sigmoid', 'moe_router_activation_func') : r.str('sigmoid', 'scoring_func');
+  if (scoring !== 'sigmoid') r.fail(`router scoring ${JSON.stringify(scoring)} is not supported (sigmoid)`);
+  const latentDim = arch === 'k3' ? r.pos('routed_expert_hidden_size') : null;
+  const moe: MoeConfig = {
+    experts,
+    topK,
+    shared: kimiNames ? r.int('num_shared_experts') : r.int('n_shared_experts'),
+    intermediate: r.pos('moe_intermediate_size'),
+    groups,
+    topkGroup,
+    renormalize: kimiNames ? r.bool(true, 'moe_renormalize') : r.bool(true, 'norm_topk_prob'),
+    scaling: r.num('routed_scaling_factor'),
+    latentDim,
+    latentNorm: arch === 'k3' ? r.bool(true, 'latent_moe_use_norm') : false,
+    biasedWeights: arch === 'kimi_linear' && overrides.kimiLinearBiasedWeights === true,
+    naming: kimiNames ? 'kimi' : 'k2',
+  };
+
+  const attnResBlock = arch === 'k3' ? r.pos('attn_res_block_size') : null;
+  const eos = r.ids('eos_token_id');
+  const bos = r.has('bos_token_id') ? r.int('bos_token_id') : null;
+  const maxPositions = r.optInt(0, 'max_position_embeddings', 'model_max_length') || 1 << 20;
+
+  return {
+    arch,
+    prefix,
+    vocabSize,
+    hiddenSize,
+    numLayers,
+    rmsNormEps,
+    intermediateSize: r.pos('intermediate_size'),
+    layers,
+    fullAttnLayers,
+    mla,
+    kda,
+    act,
+    moe,
+    attnResBlock,
+    bosTokenId: bos,
+    eosTokenIds: eos,
+    maxPositions,
+  };
+}

@@ -1,0 +1,141 @@
+// safetensors files: one file, or shards listed by model.safetensors.index.json.
+// Format: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}}, then data;
+// offsets are relative to byte 8 + N (K3.md §1). Headers are validated completely before any
+// tensor is used; tensor bytes are fetched later with positioned reads, never a whole shard.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { DTYPE_BYTES, isDType, type DType } from './dtypes.js';
+import { ReadError, UserError } from '../util/errors.js';
+
+/** Where one tensor's bytes are: absolute offset inside `file`. */
+export interface TensorEntry {
+  name: string;
+  file: string;
+  dtype: DType;
+  shape: number[];
+  offset: number;
+  nbytes: number;
+}
+
+const MAX_HEADER_BYTES = 100 * 1024 * 1024;
+
+function bad(file: string, what: string): never {
+  throw new UserError(`${file}: ${what}`);
+}
+
+/** Parse and validate one safetensors header. Reads only the header bytes. */
+export function readSafetensorsHeader(file: string): TensorEntry[] {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (e) {
+    throw new ReadError(`${file}: cannot open (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+  }
+  try {
+    const size = fs.fstatSync(fd).size;
+    if (size < 8) bad(file, `truncated: ${size} bytes, not even a header length`);
+    const lenBuf = Buffer.alloc(8);
+    fs.readSync(fd, lenBuf, 0, 8, 0);
+    const n = Number(lenBuf.readBigUInt64LE(0));
+    if (n < 2 || n > MAX_HEADER_BYTES) bad(file, `header length ${n} is not sane (2 .. ${MAX_HEADER_BYTES})`);
+    if (8 + n > size) bad(file, `truncated: header of ${n} bytes runs past the end of the file (${size} bytes)`);
+    const hb = Buffer.alloc(n);
+    const got = fs.readSync(fd, hb, 0, n, 8);
+    if (got !== n) bad(file, `short read of the header (${got} of ${n} bytes)`);
+    let json: unknown;
+    try {
+      json = JSON.parse(hb.toString('utf8'));
+    } catch {
+      bad(file, 'header is not valid JSON');
+    }
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) bad(file, 'header is not a JSON object');
+    const dataStart = 8 + n;
+    const dataLen = size - dataStart;
+    const entries: TensorEntry[] = [];
+    for (const [name, v] of Object.entries(json as Record<string, unknown>)) {
+      if (name === '__metadata__') continue;
+      entries.push(parseEntry(file, name, v, dataStart, dataLen));
+    }
+    checkNoOverlap(file, entries, dataStart);
+    return entries;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function parseEntry(file: string, name: string, v: unknown, dataStart: number, dataLen: number): TensorEntry {
+  const o = v as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
+  if (typeof o !== 'object' || o === null) bad(file, `tensor ${name}: entry is not an object`);
+  if (typeof o.dtype !== 'string' || !isDType(o.dtype)) bad(file, `tensor ${name}: unknown dtype ${JSON.stringify(o.dtype)}`);
+  if (!Array.isArray(o.shape) || !o.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+    bad(file, `tensor ${name}: shape ${JSON.stringify(o.shape)} is not a list of sizes`);
+  }
+  const off = o.data_offsets;
+  if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+    bad(file, `tensor ${name}: data_offsets ${JSON.stringify(off)} is not [start, end]`);
+  }
+  const [start, end] = off as [number, number];
+  const shape = o.shape as number[];
+  const count = shape.reduce((a, b) => a * b, 1);
+  const want = count * DTYPE_BYTES[o.dtype];
+  if (end < start) bad(file, `tensor ${name}: data_offsets end ${end} is before start ${start}`);
+  if (end - start !== want) {
+    bad(file, `tensor ${name}: byte length ${end - start} != shape ${JSON.stringify(shape)} x ${o.dtype} (${want} bytes)`);
+  }
+  if (end > dataLen) {
+    bad(file, `tensor ${name}: data_offsets [${start}, ${end}] overrun the file's ${dataLen} data bytes (truncated or corrupt)`);
+  }
+  return { name, file, dtype: o.dtype, shape, offset: dataStart + start, nbytes: end - start };
+}
+
+function checkNoOverlap(file: string, entries: TensorEntry[], dataStart: number): void {
+  const sorted = [...entries].sort((a, b) => a.offset - b.offset);
+  for (let i = 1; i < sorted.length; i++) {
+    const p = sorted[i - 1]!;
+    const c = sorted[i]!;
+    if (c.offset < p.offset + p.nbytes) {
+      bad(file, `tensors ${p.name} and ${c.name} overlap (bytes ${p.offset - dataStart}..${p.offset - dataStart + p.nbytes} and ${c.offset - dataStart}..)`);
+    }
+  }
+}
+
+/** The set of safetensors files of a checkpoint directory, merged into one name -> entry map. */
+export function indexCheckpointDir(dir: string): Map<string, TensorEntry> {
+  const indexFile = path.join(dir, 'model.safetensors.index.json');
+  const single = path.join(dir, 'model.safetensors');
+  const map = new Map<string, TensorEntry>();
+  if (fs.existsSync(indexFile)) {
+    let idx: { weight_map?: Record<string, string> };
+    try {
+      idx = JSON.parse(fs.readFileSync(indexFile, 'utf8'));
+    } catch {
+      throw new UserError(`${indexFile}: not valid JSON`);
+    }
+    const wm = idx.weight_map;
+    if (!wm || typeof wm !== 'object') throw new UserError(`${indexFile}: no "weight_map" object`);
+    const shards = [...new Set(Object.values(wm))].sort();
+    for (const shard of shards) {
+      if (typeof shard !== 'string' || shard.includes('/') || shard.includes('\\')) {
+        throw new UserError(`${indexFile}: bad shard name ${JSON.stringify(shard)}`);
+      }
+      const file = path.join(dir, shard);
+      if (!fs.existsSync(file)) throw new UserError(`${indexFile}: shard ${shard} is listed but missing`);
+      for (const e of readSafetensorsHeader(file)) map.set(e.name, e);
+    }
+    for (const [name, shard] of Object.entries(wm)) {
+      const e = map.get(name);
+      if (!e) throw new UserError(`${path.join(dir, shard)}: tensor ${name} is in the index but not in the shard`);
+      if (path.basename(e.file) !== shard) {
+        throw new UserError(`${indexFile}: tensor ${name} is mapped to ${shard} but found in ${path.basename(e.file)}`);
+      }
+    }
+  } else if (fs.existsSync(single)) {
+    for (const e of readSafetensorsHeader(single)) map.set(e.name, e);
+  } else {
+    const any = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.safetensors')) : [];
+    if (any.length === 0) throw new UserError(`${dir}: no model.safetensors or model.safetensors.index.json`);
+    for (const f of any.sort()) for (const e of readSafetensorsHeader(path.join(dir, f))) map.set(e.name, e);
+  }
+  return map;
+}

@@ -1,0 +1,172 @@
+// Plain TypeScript reference kernels. These define the engine's numbers: any fast kernel
+// (WebAssembly, threads) must reproduce them byte for byte. See docs/NUMERICS.md.
+//
+// The canonical dot product of length n (weights and activations are f32 values):
+//   16 f32 lanes; element i (i < n - n%16) goes to lane i%16 as  lane = f32(lane + f32(w*x))
+//   (a multiply and an add, each rounded to f32: what f32x4.mul + f32x4.add do, no FMA);
+//   then, with v_k = lanes 4k..4k+3:  s_j = f32(f32(v0_j + v1_j) + f32(v2_j + v3_j)) for j < 4,
+//   acc = f32(f32(s_0 + s_1) + f32(s_2 + s_3));
+//   then the tail i = n - n%16 .. n-1 in order:  acc = f32(acc + f32(w*x)).
+// Every weight format first decodes a row to its exact f32 values (all of them are exact in f32,
+// fp8 after the block scale is applied with one f32 rounding), then takes this same dot.
+
+import { E2M1_TABLE, FP8_TABLE, e8m0ToF32, f16ToF32 } from '../checkpoint/dtypes.js';
+import type { WeightView } from './types.js';
+
+const fr = Math.fround;
+
+/** Canonical 16-lane f32 dot of w[wo .. wo+n) and x[xo .. xo+n). */
+export function dot(w: Float32Array, wo: number, x: Float32Array, xo: number, n: number): number {
+  let a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+  let a8 = 0, a9 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0, a14 = 0, a15 = 0;
+  const n16 = n - (n % 16);
+  let i = 0;
+  for (; i < n16; i += 16) {
+    const p = wo + i, q = xo + i;
+    a0 = fr(a0 + fr(w[p]! * x[q]!));
+    a1 = fr(a1 + fr(w[p + 1]! * x[q + 1]!));
+    a2 = fr(a2 + fr(w[p + 2]! * x[q + 2]!));
+    a3 = fr(a3 + fr(w[p + 3]! * x[q + 3]!));
+    a4 = fr(a4 + fr(w[p + 4]! * x[q + 4]!));
+    a5 = fr(a5 + fr(w[p + 5]! * x[q + 5]!));
+    a6 = fr(a6 + fr(w[p + 6]! * x[q + 6]!));
+    a7 = fr(a7 + fr(w[p + 7]! * x[q + 7]!));
+    a8 = fr(a8 + fr(w[p + 8]! * x[q + 8]!));
+    a9 = fr(a9 + fr(w[p + 9]! * x[q + 9]!));
+    a10 = fr(a10 + fr(w[p + 10]! * x[q + 10]!));
+    a11 = fr(a11 + fr(w[p + 11]! * x[q + 11]!));
+    a12 = fr(a12 + fr(w[p + 12]! * x[q + 12]!));
+    a13 = fr(a13 + fr(w[p + 13]! * x[q + 13]!));
+    a14 = fr(a14 + fr(w[p + 14]! * x[q + 14]!));
+    a15 = fr(a15 + fr(w[p + 15]! * x[q + 15]!));
+  }
+  const s0 = fr(fr(a0 + a4) + fr(a8 + a12));
+  const s1 = fr(fr(a1 + a5) + fr(a9 + a13));
+  const s2 = fr(fr(a2 + a6) + fr(a10 + a14));
+  const s3 = fr(fr(a3 + a7) + fr(a11 + a15));
+  let acc = fr(fr(s0 + s1) + fr(s2 + s3));
+  for (; i < n; i++) acc = fr(acc + fr(w[wo + i]! * x[xo + i]!));
+  return acc;
+}
+
+/** Decode row r of a weight to exact f32 values in out[0 .. cols). */
+export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
+  const { cols, data } = w;
+  switch (w.format) {
+    case 'f32': {
+      const src = new Float32Array(data.buffer, data.byteOffset + r * cols * 4, cols);
+      out.set(src);
+      return;
+    }
+    case 'bf16': {
+      const src = new Uint16Array(data.buffer, data.byteOffset + r * cols * 2, cols);
+      const o32 = new Uint32Array(out.buffer, out.byteOffset, cols);
+      for (let i = 0; i < cols; i++) o32[i] = src[i]! << 16;
+      return;
+    }
+    case 'f16': {
+      const src = new Uint16Array(data.buffer, data.byteOffset + r * cols * 2, cols);
+      for (let i = 0; i < cols; i++) out[i] = f16ToF32(src[i]!);
+      return;
+    }
+    case 'fp8': {
+      // W[r,c] = fp8[r,c] * scale_inv[r/128, c/128] (§5.1), rounded once to f32.
+      const sc = scaleF32(w);
+      const sCols = Math.ceil(cols / 128);
+      const srow = Math.floor(r / 128) * sCols;
+      const base = r * cols;
+      for (let c = 0; c < cols; c++) out[c] = FP8_TABLE[data[base + c]!]! * sc[srow + (c >> 7)]!;
+      return;
+    }
+    case 'int4': {
+      // word = packed[r, c/8]; nibble = (word >> 4*(c%8)) & 15; W = (nibble - 8) * scale[r, c/32] (§5.2).
+      const words = Math.ceil(cols / 8);
+      const sc = scaleF32(w);
+      const gpr = Math.ceil(cols / 32);
+      const base = r * words * 4;
+      for (let c = 0; c < cols; c++) {
+        const byte = data[base + (c >> 1)]!;
+        const nib = c & 1 ? byte >> 4 : byte & 15;
+        out[c] = (nib - 8) * sc[r * gpr + (c >> 5)]!;
+      }
+      return;
+    }
+    case 'mxfp4': {
+      // nibble = even column low, odd column high; W = E2M1[nibble] * 2^(scale-127) (§5.3).
+      const half = cols >> 1;
+      const gpr = cols >> 5;
+      const sc = w.scale!;
+      const base = r * half;
+      for (let g = 0; g < gpr; g++) {
+        const s = e8m0ToF32(sc[r * gpr + g]!);
+        for (let j = 0; j < 16; j++) {
+          const byte = data[base + g * 16 + j]!;
+          const c = g * 32 + 2 * j;
+          out[c] = E2M1_TABLE[byte & 15]! * s;
+          out[c + 1] = E2M1_TABLE[byte >> 4]! * s;
+        }
+      }
+      return;
+    }
+  }
+}
+
+const scaleCache = new WeakMap<Uint8Array, Float32Array>();
+
+/** The scale tensor of an fp8 / int4 weight as f32 values (decoded once per buffer). */
+function scaleF32(w: WeightView): Float32Array {
+  const s = w.scale!;
+  let f = scaleCache.get(s);
+  if (f) return f;
+  const dt = w.scaleDtype ?? 'F32';
+  if (dt === 'F32') {
+    f = new Float32Array(s.byteLength / 4);
+    new Uint8Array(f.buffer).set(s);
+  } else {
+    const n = s.byteLength / 2;
+    f = new Float32Array(n);
+    const dv = new DataView(s.buffer, s.byteOffset, s.byteLength);
+    for (let i = 0; i < n; i++) {
+      const bits = dv.getUint16(i * 2, true);
+      f[i] = dt === 'BF16' ? bf16Bits(bits) : f16ToF32(bits);
+    }
+  }
+  scaleCache.set(s, f);
+  return f;
+}
+
+const cvF = new Float32Array(1);
+const cvU = new Uint32Array(cvF.buffer);
+function bf16Bits(b: number): number {
+  cvU[0] = b << 16;
+  return cvF[0]!;
+}
+
+/**
+ * y[t, r] = dot(W[r, :], x[t, :]) for t < T: x is [T, cols], y is [T, rows] (f32, row-major).
+ * Rows [r0, r1) only, so callers can split rows; each element is the canonical dot, so the
+ * result does not depend on T, on the row split, or on which tokens share the call.
+ */
+export function matmul(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
+  const { rows, cols } = w;
+  const row = new Float32Array(cols);
+  for (let r = r0; r < r1; r++) {
+    decodeRow(w, r, row);
+    for (let t = 0; t < T; t++) y[t * rows + r] = dot(row, 0, x, t * cols, cols);
+  }
+}
+
+/**
+ * Transposed product over a block of rows: y[c] = sum_{k<n} x[k] * W[r0+k, c], k ascending, each
+ * step f32(y + f32(x*w)). Used by absorbed MLA (q_nope . U_K). y is [cols].
+ */
+export function matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
+  const cols = w.cols;
+  const row = new Float32Array(cols);
+  y.fill(0, 0, cols);
+  for (let k = 0; k < n; k++) {
+    decodeRow(w, r0 + k, row);
+    const xk = x[xo + k]!;
+    for (let c = 0; c < cols; c++) y[c] = y[c]! + fr(xk * row[c]!);
+  }
+}

@@ -1,0 +1,27 @@
+// What a kernel needs to know about a weight matrix: its format tag, shape, and packed bytes.
+// Kernels multiply straight from these bytes; nothing is dequantized into a second copy.
+
+export type WeightFormat = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
+
+/**
+ * A [rows, cols] matrix in one of the checkpoint formats (ARCHITECTURE.md §5):
+ * - f32 / bf16 / f16: `data` row-major.
+ * - fp8: `data` e4m3 bytes row-major; `scale` f32 [ceil(rows/128), ceil(cols/128)] (weight_scale_inv; multiply).
+ * - int4: `data` little-endian i32 words [rows, ceil(cols/8)], low nibble first, value nibble-8;
+ *         `scale` [rows, cols/32] in `scaleDtype`.
+ * - mxfp4: `data` u8 [rows, cols/2], even column = low nibble, E2M1; `scale` u8 E8M0 [rows, cols/32].
+ */
+export interface WeightView {
+  name: string;
+  format: WeightFormat;
+  rows: number;
+  cols: number;
+  data: Uint8Array;
+  scale?: Uint8Array;
+  scaleDtype?: 'F32' | 'BF16' | 'F16';
+}
+
+/** Bytes a weight occupies (data + scales), for plans and reports. */
+export function weightBytes(w: WeightView): number {
+  return w.data.byteLength + (w.scale?.byteLength ?? 0);
+}

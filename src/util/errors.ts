@@ -1,0 +1,24 @@
+// Errors a user can cause (bad file, bad flag, bad id) are UserError: the CLI prints one line
+// and exits with the code given, never a stack trace. Anything else is a bug and keeps its trace.
+
+/** Exit codes: 2 = bad input or usage, 1 = I/O failure, 4 = a weight read failed mid-run. */
+export class UserError extends Error {
+  readonly exitCode: number;
+  constructor(message: string, exitCode = 2) {
+    super(message);
+    this.name = 'UserError';
+    this.exitCode = exitCode;
+  }
+}
+
+/** A read from the checkpoint failed or came back short (exit code 1 at load, 4 mid-run). */
+export class ReadError extends UserError {
+  constructor(message: string, exitCode = 1) {
+    super(message, exitCode);
+    this.name = 'ReadError';
+  }
+}
+
+export function fail(message: string, exitCode = 2): never {
+  throw new UserError(message, exitCode);
+}
