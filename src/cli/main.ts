@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+// `k3`: one binary, one subcommand per file in this folder. A user mistake prints one line and
+// exits 2 (1 for I/O, 4 for a failed weight read mid-run); anything else is a bug and keeps its trace.
+
+import { UserError } from '../util/errors.js';
+
+export interface Command {
+  /** One line for `k3 --help`. */
+  summary: string;
+  /** Full help for `k3 CMD --help`. */
+  help: string;
+  run(args: string[]): Promise<number>;
+}
+
+const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
+  demo: () => import('./demo.js'),
+  run: () => import('./run.js'),
+  logits: () => import('./logits.js'),
+  info: () => import('./info.js'),
+  synth: () => import('./synth.js'),
+  tokenize: () => import('./tokenize.js'),
+  detokenize: () => import('./detokenize.js'),
+};
+
+async function usage(): Promise<string> {
+  const lines = ['usage: k3 COMMAND [options]   (k3 COMMAND --help for details)', '', 'commands:'];
+  for (const [name, load] of Object.entries(COMMANDS)) {
+    const { command } = await load();
+    lines.push(`  ${name.padEnd(12)} ${command.summary}`);
+  }
+  return lines.join('\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    console.log(await usage());
+    return name ? 0 : 2;
+  }
+  const load = COMMANDS[name];
+  if (!load) throw new UserError(`unknown command ${JSON.stringify(name)} (k3 --help lists them)`);
+  const { command } = await load();
+  if (rest.includes('--help') || rest.includes('-h')) {
+    console.log(command.help);
+    return 0;
+  }
+  return command.run(rest);
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof UserError) {
+      process.stderr.write(`k3: ${err.message}\n`);
+      process.exitCode = err.exitCode;
+    } else {
+      process.stderr.write(`k3: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exitCode = 70;
+    }
+  },
+);
