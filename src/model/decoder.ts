@@ -1,0 +1,87 @@
+// The pieces every architecture's forward pass is built from: embedding lookup, one attention
+// block (KDA or MLA, by the layer map), one FFN block (dense or MoE), and the head. Weights are
+// borrowed from the store per call; the model holds no weight arrays itself.
+
+import type { ModelConfig } from '../checkpoint/config.js';
+import type { WeightStore } from '../store/store.js';
+import { UserError } from '../util/errors.js';
+import { kdaForward, type KdaParams } from './kda.js';
+import { mlaForward, type MlaParams } from './mla.js';
+import { moeForward, type MoeParams } from './moe.js';
+import { gatedMlp, linear, rmsNorm } from './ops.js';
+import { makeRope, yarnScaleFactor } from './rope.js';
+import type { SequenceState } from './state.js';
+import { decodeRow } from '../kernels/ref.js';
+import { denseMlpWeights, expertFetch, kdaWeights, layerPrefix, lmHeadName, mlaWeights, modelPrefix, moeWeights } from './weights.js';
+
+export interface Block {
+  cfg: ModelConfig;
+  store: WeightStore;
+  kda: KdaParams | null;
+  mla: MlaParams;
+  moe: MoeParams;
+}
+
+export function makeBlock(cfg: ModelConfig, store: WeightStore): Block {
+  const m = cfg.mla;
+  const k = cfg.kda;
+  return {
+    cfg,
+    store,
+    kda: k ? { heads: k.heads, headDim: k.headDim, convSize: k.convSize, gateLowerBound: k.gateLowerBound, eps: cfg.rmsNormEps } : null,
+    mla: {
+      heads: m.heads,
+      nopeDim: m.nopeDim,
+      ropeDim: m.ropeDim,
+      vDim: m.vDim,
+      kvLoraRank: m.kvLoraRank,
+      scale: (1 / Math.sqrt(m.nopeDim + m.ropeDim)) * (m.rope ? yarnScaleFactor(m.rope.yarn) : 1),
+      latentNormEps: m.latentNormEps,
+      rope: m.rope ? makeRope(m.ropeDim, m.rope.theta, m.rope.yarn) : null,
+    },
+    moe: { ...cfg.moe, act: cfg.act, eps: cfg.rmsNormEps },
+  };
+}
+
+/** Embedding rows of `ids`: [T, D] (plain row lookup, no scaling; §1.3). */
+export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
+  const { cfg } = b;
+  const D = cfg.hiddenSize;
+  for (const id of ids) {
+    if (!Number.isInteger(id) || id < 0 || id >= cfg.vocabSize) throw new UserError(`token id ${id} is outside the vocabulary (0 .. ${cfg.vocabSize - 1})`);
+  }
+  const table = await b.store.linear(`${modelPrefix(cfg)}embed_tokens`, cfg.vocabSize, D);
+  const x = new Float32Array(ids.length * D);
+  ids.forEach((id, t) => decodeRow(table, id, x.subarray(t * D, (t + 1) * D)));
+  return x;
+}
+
+/** Normalize with a per-layer norm weight `<layer>.<name>.weight`. */
+export async function layerNorm(b: Block, l: number, name: string, x: Float32Array, T: number): Promise<Float32Array> {
+  const D = b.cfg.hiddenSize;
+  const w = await b.store.vector(`${layerPrefix(b.cfg, l)}${name}.weight`, D);
+  return rmsNorm(x, T, D, w, b.cfg.rmsNormEps);
+}
+
+/** Attention block of layer l on normalized input xn [T, D]. */
+export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState): Promise<Float32Array> {
+  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, state.kda[l]!);
+  return mlaForward(b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, state.mla[l]!);
+}
+
+/** FFN block of layer l on normalized input xn [T, D]. */
+export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Promise<Float32Array> {
+  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(await denseMlpWeights(b.store, b.cfg, l), xn, T, b.cfg.act);
+  return moeForward(b.moe, await moeWeights(b.store, b.cfg, l), xn, T, expertFetch(b.store, b.cfg, l));
+}
+
+/** Final norm and lm_head for the given rows of h [T, D]: returns [rows.length, V]. */
+export async function head(b: Block, h: Float32Array, T: number, rows: number[]): Promise<Float32Array> {
+  const { cfg } = b;
+  const D = cfg.hiddenSize;
+  const w = await b.store.vector(`${modelPrefix(cfg)}norm.weight`, D);
+  const sel = new Float32Array(rows.length * D);
+  rows.forEach((t, i) => sel.set(h.subarray(t * D, (t + 1) * D), i * D));
+  const lm = await b.store.linear(lmHeadName(cfg), cfg.vocabSize, D);
+  return linear(lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
+}

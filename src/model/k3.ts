@@ -1,0 +1,40 @@
+// Kimi K3 (ARCHITECTURE.md §4.7, K3.md §6.2): Kimi Linear's blocks with Attention Residuals in
+// place of the residual stream. Per token: a running partial sum `prefix` and the list of block
+// snapshots B; a layer mixes them before attention and before the FFN.
+
+import { attnResMix, foldWeights } from './attnres.js';
+import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';
+import { add } from './ops.js';
+import { layerPrefix, modelPrefix } from './weights.js';
+import type { SequenceState } from './state.js';
+
+async function fold(b: Block, base: string): Promise<Float32Array> {
+  const D = b.cfg.hiddenSize;
+  return foldWeights(await b.store.vector(`${base}_norm.weight`, D), await b.store.vector(`${base}_proj.weight`, D));
+}
+
+export async function forwardK3(b: Block, state: SequenceState, ids: number[], rows: number[]): Promise<Float32Array> {
+  const { cfg } = b;
+  const T = ids.length;
+  const D = cfg.hiddenSize;
+  const eps = cfg.rmsNormEps;
+  const blockSize = cfg.attnResBlock!;
+  let p = await embed(b, ids);
+  const B: Float32Array[] = [];
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const lp = layerPrefix(cfg, l);
+    let prefix: Float32Array | null = p;
+    const h = B.length > 0 ? attnResMix(B, prefix, T, D, await fold(b, `${lp}self_attention_res`), eps) : prefix;
+    if (l % blockSize === 0) {
+      B.push(prefix); // snapshot the pre-mix stream, then start a new block
+      prefix = null;
+    }
+    const a = await attention(b, l, await layerNorm(b, l, 'input_layernorm', h, T), T, state);
+    prefix = prefix ? add(prefix, a) : a;
+    const h2 = attnResMix(B, prefix, T, D, await fold(b, `${lp}mlp_res`), eps);
+    const f = await ffn(b, l, await layerNorm(b, l, 'post_attention_layernorm', h2, T), T);
+    p = add(prefix, f);
+  }
+  const hL = attnResMix(B, p, T, D, await fold(b, `${modelPrefix(cfg)}output_attn_res`), eps);
+  return head(b, hL, T, rows);
+}

@@ -1,0 +1,167 @@
+// Kimi Delta Attention (ARCHITECTURE.md §3.3, §4.3; K3.md §6.3). Prefill runs the exact recurrence
+// token by token (not the chunked form), so prefill and decode give the same bytes.
+//
+// State per layer: S [H, dk, dk] f32 (rows = key channel, columns = value channel) and the last
+// W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
+
+import type { WeightView } from '../kernels/types.js';
+import { linear, sigmoid } from './ops.js';
+
+const fr = Math.fround;
+
+export interface KdaParams {
+  heads: number;
+  headDim: number;
+  convSize: number;
+  /** λ of K3's bounded gate, or null for Kimi Linear's −exp(A_log)·softplus(z). */
+  gateLowerBound: number | null;
+  eps: number;
+}
+
+export interface KdaWeights {
+  q: WeightView;
+  k: WeightView;
+  v: WeightView;
+  /** Depthwise conv taps [P, W] (tap W-1 multiplies the current token). */
+  qConv: Float32Array;
+  kConv: Float32Array;
+  vConv: Float32Array;
+  fa: WeightView;
+  fb: WeightView;
+  b: WeightView;
+  /** Output gate: full-rank g_proj (K3) or the low-rank pair g_a / g_b (Kimi Linear). */
+  gate: { full: WeightView } | { a: WeightView; b: WeightView };
+  o: WeightView;
+  /** Per head (first `heads` entries are used; K3 pads to head_dim). */
+  aLog: Float32Array;
+  dtBias: Float32Array;
+  oNorm: Float32Array;
+}
+
+export interface KdaState {
+  S: Float32Array;
+  /** [3][W-1][P]: q, k, v tails, oldest first. */
+  conv: Float32Array;
+}
+
+export function newKdaState(p: KdaParams): KdaState {
+  const P = p.heads * p.headDim;
+  return { S: new Float32Array(p.heads * p.headDim * p.headDim), conv: new Float32Array(3 * (p.convSize - 1) * P) };
+}
+
+/**
+ * Causal depthwise conv + SiLU for one token over P channels, updating the tail (K3.md §6.3 K4):
+ * u = Σ_m c[j,m]·x_{t-W+1+m}[j] (m = 0 oldest … W-1 current), summed in that order; out = silu(u).
+ */
+export function shortConvStep(xt: Float32Array, xo: number, taps: Float32Array, tail: Float32Array, tailOff: number, P: number, W: number, out: Float32Array, oo: number): void {
+  for (let j = 0; j < P; j++) {
+    let u = 0;
+    for (let m = 0; m < W - 1; m++) u += taps[j * W + m]! * tail[tailOff + m * P + j]!;
+    u += taps[j * W + W - 1]! * xt[xo + j]!;
+    out[oo + j] = u * sigmoid(u);
+  }
+  // Shift the tail: drop the oldest, append the current input.
+  for (let m = 0; m < W - 2; m++) tail.copyWithin(tailOff + m * P, tailOff + (m + 1) * P, tailOff + (m + 2) * P);
+  if (W > 1) tail.set(xt.subarray(xo, xo + P), tailOff + (W - 2) * P);
+}
+
+/**
+ * One delta-rule step for one head (§3.3 R1–R4), all in f32:
+ * S ← diag(α)·S; u = Sᵀk; S ← S + (β·k) ⊗ (v − u); o = Sᵀq. Sums over the key index i ascending.
+ */
+export function kdaRecurStep(S: Float32Array, so: number, d: number, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: number, o: Float32Array, off: number, u: Float32Array): void {
+  for (let i = 0; i < d; i++) {
+    const a = alpha[off + i]!;
+    const r = so + i * d;
+    for (let j = 0; j < d; j++) S[r + j] = S[r + j]! * a;
+  }
+  u.fill(0, 0, d);
+  for (let i = 0; i < d; i++) {
+    const ki = k[off + i]!;
+    const r = so + i * d;
+    for (let j = 0; j < d; j++) u[j] = u[j]! + fr(ki * S[r + j]!);
+  }
+  for (let j = 0; j < d; j++) u[j] = v[off + j]! - u[j]!; // u now holds the error e
+  for (let i = 0; i < d; i++) {
+    const kb = fr(k[off + i]! * beta);
+    const r = so + i * d;
+    for (let j = 0; j < d; j++) S[r + j] = S[r + j]! + fr(kb * u[j]!);
+  }
+  for (let j = 0; j < d; j++) o[off + j] = 0;
+  for (let i = 0; i < d; i++) {
+    const qi = q[off + i]!;
+    const r = so + i * d;
+    for (let j = 0; j < d; j++) o[off + j] = o[off + j]! + fr(qi * S[r + j]!);
+  }
+}
+
+/** Per-channel decay α = exp(g) (§3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. */
+export function kdaDecay(p: KdaParams, z: Float32Array, zo: number, aLog: Float32Array, dtBias: Float32Array, out: Float32Array): void {
+  const d = p.headDim;
+  for (let h = 0; h < p.heads; h++) {
+    const A = Math.exp(aLog[h]!);
+    for (let i = 0; i < d; i++) {
+      const c = h * d + i;
+      const zz = z[zo + c]! + dtBias[c]!;
+      let g: number;
+      if (p.gateLowerBound !== null) g = p.gateLowerBound * sigmoid(A * zz);
+      else g = -A * (zz >= 20 ? zz : Math.log1p(Math.exp(zz)));
+      out[c] = Math.exp(g);
+    }
+  }
+}
+
+/** L2-normalize each head of a [P] vector in place: x / sqrt(Σx² + 1e-6), times `scale`. */
+function l2Heads(x: Float32Array, heads: number, d: number, scale: number): void {
+  for (let h = 0; h < heads; h++) {
+    let ss = 0;
+    for (let i = 0; i < d; i++) ss += x[h * d + i]! * x[h * d + i]!;
+    const inv = 1 / Math.sqrt(ss + 1e-6);
+    for (let i = 0; i < d; i++) x[h * d + i] = fr(x[h * d + i]! * inv) * scale;
+  }
+}
+
+/** KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. */
+export function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Float32Array {
+  const H = p.heads;
+  const d = p.headDim;
+  const P = H * d;
+  const W = p.convSize;
+  const qr = linear(w.q, x, T);
+  const kr = linear(w.k, x, T);
+  const vr = linear(w.v, x, T);
+  const beta = linear(w.b, x, T);
+  const z = linear(w.fb, linear(w.fa, x, T), T);
+  const gamma = 'full' in w.gate ? linear(w.gate.full, x, T) : linear(w.gate.b, linear(w.gate.a, x, T), T);
+
+  const q = new Float32Array(P), k = new Float32Array(P), v = new Float32Array(P);
+  const alpha = new Float32Array(P);
+  const o = new Float32Array(P);
+  const u = new Float32Array(d);
+  const y = new Float32Array(T * P);
+  const tailLen = (W - 1) * P;
+  const qScale = 1 / Math.sqrt(d);
+  for (let t = 0; t < T; t++) {
+    shortConvStep(qr, t * P, w.qConv, state.conv, 0, P, W, q, 0);
+    shortConvStep(kr, t * P, w.kConv, state.conv, tailLen, P, W, k, 0);
+    shortConvStep(vr, t * P, w.vConv, state.conv, 2 * tailLen, P, W, v, 0);
+    l2Heads(q, H, d, qScale);
+    l2Heads(k, H, d, 1);
+    kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
+    for (let h = 0; h < H; h++) {
+      const bh = fr(sigmoid(beta[t * H + h]!));
+      kdaRecurStep(state.S, h * d * d, d, q, k, v, alpha, bh, o, h * d, u);
+    }
+    // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (§3.3 P9; norm first, gate second).
+    for (let h = 0; h < H; h++) {
+      let ss = 0;
+      for (let i = 0; i < d; i++) ss += o[h * d + i]! * o[h * d + i]!;
+      const r = 1 / Math.sqrt(ss / d + p.eps);
+      for (let i = 0; i < d; i++) {
+        const c = h * d + i;
+        y[t * P + c] = fr(o[c]! * r) * w.oNorm[i]! * sigmoid(gamma[t * P + c]!);
+      }
+    }
+  }
+  return linear(w.o, y, T);
+}

@@ -1,0 +1,61 @@
+// A loaded model: its config, the store its weights are borrowed from, and the forward pass of
+// its architecture. Forward consumes new tokens, advances the sequence state, and returns the
+// logits of the positions asked for.
+
+import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
+import { WeightStore, type ByteReader } from '../store/store.js';
+import { makeBlock, type Block } from './decoder.js';
+import { forwardK2 } from './k2.js';
+import { forwardK3 } from './k3.js';
+import { forwardKimiLinear } from './kimi_linear.js';
+import { SequenceState } from './state.js';
+
+export type LogitRows = 'all' | 'last' | 'none';
+
+const FORWARD = { k2: forwardK2, kimi_linear: forwardKimiLinear, k3: forwardK3 } as const;
+
+export class Model {
+  private readonly block: Block;
+
+  constructor(
+    readonly config: ModelConfig,
+    readonly store: WeightStore,
+  ) {
+    this.block = makeBlock(config, store);
+  }
+
+  static open(dir: string, opts: { overrides?: ConfigOverrides; reader?: ByteReader } = {}): Model {
+    const config = loadConfig(dir, opts.overrides);
+    return new Model(config, WeightStore.open(dir, opts.reader));
+  }
+
+  newState(): SequenceState {
+    return new SequenceState(this.config);
+  }
+
+  /**
+   * Process `ids` as the next positions of `state`, `chunk` tokens per call (the result does not
+   * depend on the chunk size). Returns logits [rows, V]: every position, the last one, or none.
+   */
+  async forward(state: SequenceState, ids: number[], rows: LogitRows = 'all', chunk = 64): Promise<Float32Array> {
+    const V = this.config.vocabSize;
+    const T = ids.length;
+    const nOut = rows === 'all' ? T : rows === 'last' && T > 0 ? 1 : 0;
+    const out = new Float32Array(nOut * V);
+    let written = 0;
+    for (let s = 0; s < T; s += chunk) {
+      const part = ids.slice(s, s + chunk);
+      const want: number[] = [];
+      for (let t = 0; t < part.length; t++) if (rows === 'all' || (rows === 'last' && s + t === T - 1)) want.push(t);
+      const logits = await FORWARD[this.config.arch](this.block, state, part, want);
+      state.tokens.push(...part);
+      out.set(logits, written);
+      written += logits.length;
+    }
+    return out;
+  }
+
+  close(): void {
+    this.store.close();
+  }
+}

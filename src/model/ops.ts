@@ -1,0 +1,90 @@
+// Element-wise pieces shared by every block. Activations are f32 arrays; each function here works
+// in double and rounds its result to f32 once, so the numbers depend only on the inputs.
+// Reductions (norm statistics, softmax sums) are sequential in double, in index order.
+
+import { matmul } from '../kernels/ref.js';
+import type { WeightView } from '../kernels/types.js';
+
+const fr = Math.fround;
+
+export function sigmoid(x: number): number {
+  return 1 / (1 + Math.exp(-x));
+}
+
+/**
+ * RMSNorm of T rows of width n (ARCHITECTURE.md §1.1): r = 1/sqrt(mean(x²) + eps),
+ * y = w · f32(x · r) (the reference casts before the weight multiply).
+ */
+export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, eps: number, out: Float32Array = new Float32Array(T * n), xo = 0, xStride = n): Float32Array {
+  for (let t = 0; t < T; t++) {
+    const b = xo + t * xStride;
+    let ss = 0;
+    for (let i = 0; i < n; i++) ss += x[b + i]! * x[b + i]!;
+    const r = 1 / Math.sqrt(ss / n + eps);
+    for (let i = 0; i < n; i++) out[t * n + i] = fr(w[i]! * fr(x[b + i]! * r));
+  }
+  return out;
+}
+
+/** y = W x for T rows: [T, rows]. */
+export function linear(w: WeightView, x: Float32Array, T: number): Float32Array {
+  const y = new Float32Array(T * w.rows);
+  matmul(w, x, T, y);
+  return y;
+}
+
+/** a += b, element-wise in f32. */
+export function addInPlace(a: Float32Array, b: Float32Array): Float32Array {
+  for (let i = 0; i < a.length; i++) a[i] = a[i]! + b[i]!;
+  return a;
+}
+
+export function add(a: Float32Array, b: Float32Array): Float32Array {
+  return addInPlace(Float32Array.from(a), b);
+}
+
+/** Gated activation h = act(gate) ⊙ up, per element (§1.2 SwiGLU, §4.6 SiTU). */
+export interface Activation {
+  kind: 'silu' | 'situ';
+  situBeta: number;
+  situLinearBeta: number | null;
+}
+
+export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation): Float32Array {
+  const out = new Float32Array(gate.length);
+  if (act.kind === 'silu') {
+    for (let i = 0; i < out.length; i++) {
+      const g = gate[i]!;
+      out[i] = (g / (1 + Math.exp(-g))) * up[i]!;
+    }
+  } else {
+    // SiTU(a, u) = [β·tanh(a/β)·σ(a)] · [βl·tanh(u/βl)]; σ takes the uncapped gate.
+    const b = act.situBeta;
+    const bl = act.situLinearBeta;
+    for (let i = 0; i < out.length; i++) {
+      const g = gate[i]!;
+      const u = up[i]!;
+      const left = b * Math.tanh(g / b) * sigmoid(g);
+      out[i] = left * (bl === null ? u : bl * Math.tanh(u / bl));
+    }
+  }
+  return out;
+}
+
+/** Gate/up/down weights of one gated MLP (dense MLP, shared experts, one routed expert). */
+export interface MlpWeights {
+  gate: WeightView;
+  up: WeightView;
+  down: WeightView;
+}
+
+/** down · act(gate · x, up · x) for T rows. */
+export function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Float32Array {
+  const h = gatedAct(linear(w.gate, x, T), linear(w.up, x, T), act);
+  return linear(w.down, h, T);
+}
+
+/** Row t of a [T, n] array, as a view. */
+export function row(a: Float32Array, t: number, n: number): Float32Array {
+  return a.subarray(t * n, (t + 1) * n);
+}
