@@ -1,10 +1,29 @@
 import type { Command } from './main.js';
+import { parse, parseIds } from './args.js';
+import { MODEL_HELP, MODEL_OPTIONS, openModel, writeFileAtomic } from './common.js';
+import { encodeNpyF32 } from '../util/npy.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
-  summary: '(not yet implemented)',
-  help: 'k3 logits: not yet implemented',
-  async run(): Promise<number> {
-    throw new UserError('logits: not yet implemented');
+  summary: 'logits of every position of a prompt, as a float32 .npy [T, vocab]',
+  help: `usage: k3 logits MODEL --ids 1,2,3 --out FILE.npy [options]
+
+Runs the prompt through the model in one prefill and writes the float32 logits of every
+position, shape [T, vocab], in NumPy .npy format. The file appears only when complete.
+
+${MODEL_HELP}`,
+  async run(args) {
+    const { values, positionals } = parse('logits', args, { ids: { type: 'string' }, out: { type: 'string' }, ...MODEL_OPTIONS }, 1);
+    if (!values.ids) throw new UserError('logits: --ids is required');
+    if (!values.out) throw new UserError('logits: --out is required');
+    const ids = parseIds('logits', values.ids);
+    const { model, chunk } = openModel('logits', positionals[0]!, values);
+    try {
+      const logits = await model.forward(model.newState(), ids, 'all', chunk);
+      writeFileAtomic(values.out, encodeNpyF32(logits, [ids.length, model.config.vocabSize]));
+    } finally {
+      model.close();
+    }
+    return 0;
   },
 };

@@ -13,28 +13,34 @@ async function fold(b: Block, base: string): Promise<Float32Array> {
   return foldWeights(await b.store.vector(`${base}_norm.weight`, D), await b.store.vector(`${base}_proj.weight`, D));
 }
 
+/**
+ * Layer l (S1–S8) for T tokens: `p` is the previous layer's output [T, D]; `B` the snapshots
+ * (each [T, D]), appended to at block boundaries. Returns the layer's output.
+ */
+export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Array[], T: number, state: SequenceState): Promise<Float32Array> {
+  const { cfg } = b;
+  const D = cfg.hiddenSize;
+  const eps = cfg.rmsNormEps;
+  const lp = layerPrefix(cfg, l);
+  let prefix: Float32Array | null = p;
+  const h = B.length > 0 ? attnResMix(B, prefix, T, D, await fold(b, `${lp}self_attention_res`), eps) : prefix;
+  if (l % cfg.attnResBlock! === 0) {
+    B.push(prefix); // snapshot the pre-mix stream, then start a new block
+    prefix = null;
+  }
+  const a = await attention(b, l, await layerNorm(b, l, 'input_layernorm', h, T), T, state);
+  prefix = prefix ? add(prefix, a) : a;
+  const h2 = attnResMix(B, prefix, T, D, await fold(b, `${lp}mlp_res`), eps);
+  const f = await ffn(b, l, await layerNorm(b, l, 'post_attention_layernorm', h2, T), T);
+  return add(prefix, f);
+}
+
 export async function forwardK3(b: Block, state: SequenceState, ids: number[], rows: number[]): Promise<Float32Array> {
   const { cfg } = b;
   const T = ids.length;
-  const D = cfg.hiddenSize;
-  const eps = cfg.rmsNormEps;
-  const blockSize = cfg.attnResBlock!;
   let p = await embed(b, ids);
   const B: Float32Array[] = [];
-  for (let l = 0; l < cfg.numLayers; l++) {
-    const lp = layerPrefix(cfg, l);
-    let prefix: Float32Array | null = p;
-    const h = B.length > 0 ? attnResMix(B, prefix, T, D, await fold(b, `${lp}self_attention_res`), eps) : prefix;
-    if (l % blockSize === 0) {
-      B.push(prefix); // snapshot the pre-mix stream, then start a new block
-      prefix = null;
-    }
-    const a = await attention(b, l, await layerNorm(b, l, 'input_layernorm', h, T), T, state);
-    prefix = prefix ? add(prefix, a) : a;
-    const h2 = attnResMix(B, prefix, T, D, await fold(b, `${lp}mlp_res`), eps);
-    const f = await ffn(b, l, await layerNorm(b, l, 'post_attention_layernorm', h2, T), T);
-    p = add(prefix, f);
-  }
-  const hL = attnResMix(B, p, T, D, await fold(b, `${modelPrefix(cfg)}output_attn_res`), eps);
+  for (let l = 0; l < cfg.numLayers; l++) p = await k3Layer(b, l, p, B, T, state);
+  const hL = attnResMix(B, p, T, cfg.hiddenSize, await fold(b, `${modelPrefix(cfg)}output_attn_res`), cfg.rmsNormEps);
   return head(b, hL, T, rows);
 }

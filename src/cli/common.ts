@@ -1,0 +1,50 @@
+// Flags every model-running command shares, and opening the model they name.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { ConfigOverrides } from '../checkpoint/config.js';
+import { Model } from '../model/model.js';
+import { UserError } from '../util/errors.js';
+import { parseIntFlag } from './args.js';
+
+export const MODEL_OPTIONS = {
+  chunk: { type: 'string' },
+  'mla-latent-eps': { type: 'string' },
+  'kimi-linear-biased-weights': { type: 'boolean' },
+} as const;
+
+export const MODEL_HELP = `model options:
+  --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
+  --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
+                                   or the config's rms_norm_eps (vLLM, llama.cpp)
+  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
+
+export interface ModelFlags {
+  chunk?: string;
+  'mla-latent-eps'?: string;
+  'kimi-linear-biased-weights'?: boolean;
+}
+
+export function openModel(cmd: string, dir: string, flags: ModelFlags): { model: Model; chunk: number } {
+  if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
+  if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
+  const eps = flags['mla-latent-eps'];
+  if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError(`${cmd}: --mla-latent-eps must be reference or config`);
+  const overrides: ConfigOverrides = { mlaLatentNormEps: eps ?? 'reference', kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false };
+  const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
+  return { model: Model.open(dir, { overrides }), chunk };
+}
+
+/** Write a file so that it appears only complete: a temporary name, then rename. */
+export function writeFileAtomic(file: string, data: Uint8Array | string): void {
+  const dir = path.dirname(path.resolve(file));
+  if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
+  const tmp = `${file}.tmp-${process.pid}`;
+  try {
+    fs.writeFileSync(tmp, data);
+    fs.renameSync(tmp, file);
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw new UserError(`${file}: cannot write (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
+  }
+}

@@ -1,0 +1,65 @@
+// Shared test helpers: paths to fixtures, an in-memory tensor store, byte comparison.
+
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { TensorEntry } from '../src/checkpoint/safetensors.js';
+import type { DType } from '../src/checkpoint/dtypes.js';
+import { WeightStore, type ByteReader } from '../src/store/store.js';
+
+/** Repository root (tests run from dist/test/). */
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
+export const GOLDEN = path.join(FIXTURES, 'golden');
+export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+
+export interface MemTensor {
+  dtype: DType;
+  shape: number[];
+  bytes: Uint8Array;
+}
+
+/** A WeightStore over tensors held in memory (one fake file), for block-level fixtures. */
+export function memoryStore(tensors: Record<string, MemTensor>): WeightStore {
+  const blobs = new Map<number, Uint8Array>();
+  const entries = new Map<string, TensorEntry>();
+  let off = 0;
+  for (const [name, t] of Object.entries(tensors)) {
+    entries.set(name, { name, file: 'memory', dtype: t.dtype, shape: t.shape, offset: off, nbytes: t.bytes.byteLength });
+    blobs.set(off, t.bytes);
+    off += t.bytes.byteLength;
+  }
+  const reader: ByteReader = {
+    async read(_file, offset, length) {
+      const b = blobs.get(offset);
+      if (!b || b.byteLength !== length) throw new Error(`memoryStore: no tensor at ${offset}`);
+      return b.slice();
+    },
+    close() {},
+  };
+  return new WeightStore(entries, reader);
+}
+
+export function f32Tensor(data: number[] | Float32Array, shape: number[]): MemTensor {
+  const f = Float32Array.from(data);
+  return { dtype: 'F32', shape, bytes: new Uint8Array(f.buffer) };
+}
+
+export function sameBytes(a: Float32Array, b: Float32Array): boolean {
+  return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+/** Largest |a-b| - (abs + rel·|b|) over all elements; <= 0 means within tolerance. */
+export function worstExcess(a: ArrayLike<number>, b: ArrayLike<number>, abs: number, rel: number): { excess: number; maxAbs: number; at: number } {
+  let excess = -Infinity, maxAbs = 0, at = -1;
+  if (a.length !== b.length) throw new Error(`length ${a.length} != ${b.length}`);
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i]! - b[i]!);
+    const e = d - (abs + rel * Math.abs(b[i]!));
+    if (e > excess) {
+      excess = e;
+      at = i;
+    }
+    if (d > maxAbs) maxAbs = d;
+  }
+  return { excess, maxAbs, at };
+}
