@@ -7,6 +7,7 @@ export {
   parseTiktokenModel,
   MODEL_FILE,
   CONFIG_FILE,
+  TEMPLATE_FILE,
   type TokenizerFamily,
   type TokenizerOptions,
   type EncodeOptions,

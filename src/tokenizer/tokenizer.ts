@@ -26,6 +26,8 @@ export interface TokenizerOptions {
   /** Reproduce the reference's 400,000 / 25,000-character cuts (§6.3 step 1). Default true:
    *  it changes ids on long runs, and the reference does it. */
   referenceSplit?: boolean;
+  /** A Jinja chat template to use instead of the config's. */
+  chatTemplate?: string;
 }
 
 export interface EncodeOptions {
@@ -165,7 +167,8 @@ export class Tokenizer {
     this.padId = idOf(cfg.pad_token);
     const tpl = cfg.chat_template;
     this.chatTemplate =
-      typeof tpl === 'string' ? tpl : Array.isArray(tpl) ? (tpl.find((t) => t.name === 'default') ?? tpl[0])?.template : undefined;
+      opts.chatTemplate ??
+      (typeof tpl === 'string' ? tpl : Array.isArray(tpl) ? (tpl.find((t) => t.name === 'default') ?? tpl[0])?.template : undefined);
     this.referenceSplit = opts.referenceSplit ?? true;
   }
 
@@ -293,14 +296,22 @@ async function readText(dir: string, name: string): Promise<string> {
   }
 }
 
+export const TEMPLATE_FILE = 'chat_template.jinja';
+
 /** Load `tiktoken.model` + `tokenizer_config.json` from a directory (a checkpoint or a
- *  tokenizer-only folder). A missing file is a UserError naming it. */
+ *  tokenizer-only folder). A missing file is a UserError naming it. Newer checkpoints ship the
+ *  chat template as `chat_template.jinja` instead of inside the config; it is read if the
+ *  config has none. */
 export async function loadTokenizer(dir: string, opts: TokenizerOptions = {}): Promise<Tokenizer> {
   const [model, config] = await Promise.all([readText(dir, MODEL_FILE), readText(dir, CONFIG_FILE)]);
+  let template = opts.chatTemplate;
+  if (template === undefined && !/"chat_template"\s*:\s*[["]/.test(config)) {
+    template = await readFile(join(dir, TEMPLATE_FILE), 'utf8').catch(() => undefined);
+  }
   try {
-    return new Tokenizer(model, config, opts);
+    return new Tokenizer(model, config, template === undefined ? opts : { ...opts, chatTemplate: template });
   } catch (e) {
-    if (e instanceof UserError) throw new UserError(`${join(dir, '')}${e.message}`, e.exitCode);
+    if (e instanceof UserError) throw new UserError(`tokenizer in ${dir}: ${e.message}`, e.exitCode);
     throw e;
   }
 }
