@@ -1,0 +1,72 @@
+// config.json parsing: the real K3 values (K3.md §2), the 1-based layer lists, and refusals that
+// name the field.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { FIXTURES, GOLDEN } from './helpers.js';
+import { loadConfig, parseConfig } from '../src/checkpoint/config.js';
+import { stateSize } from '../src/model/census.js';
+
+const REAL_K3 = path.join(FIXTURES, 'k3-real-config.json');
+
+test('real K3 config: 93 layers, MLA at 1-based 4, 8, …, 92, 93; dense layer 0; KDA head_dim from linear_attn_config', () => {
+  const c = loadConfig(REAL_K3);
+  assert.equal(c.arch, 'k3');
+  assert.equal(c.prefix, 'language_model.');
+  assert.equal(c.numLayers, 93);
+  const mla = c.layers.flatMap((L, l) => (L.attn === 'mla' ? [l] : []));
+  assert.deepEqual(mla, [...Array.from({ length: 23 }, (_, i) => 4 * i + 3), 92]);
+  assert.equal(c.layers.filter((L) => L.attn === 'kda').length, 69);
+  assert.equal(c.layers[0]!.ffn, 'dense');
+  assert.ok(c.layers.slice(1).every((L) => L.ffn === 'moe'));
+  assert.equal(c.kda!.headDim, 128, 'text_config.head_dim (74) is a derived, unused value');
+  assert.equal(c.kda!.heads, 96);
+  assert.equal(c.kda!.gateLowerBound, -5);
+  assert.equal(c.moe.latentDim, 3584);
+  assert.equal(c.moe.topK, 16);
+  assert.equal(c.attnResBlock, 12);
+  assert.equal(c.mla.latentNormEps, 1e-6);
+  assert.deepEqual(c.eosTokenIds, [163586]);
+  // K3.md §7: 69 × (96·128·128 + 3·3·12288) f32 per sequence; 24 × 576 f32 per position.
+  const s = stateSize(c);
+  assert.equal(s.perSequenceBytes, 69 * (96 * 128 * 128 + 9 * 12288) * 4);
+  assert.equal(s.perPositionBytes, 24 * 576 * 4);
+});
+
+test('switches: MLA latent-norm epsilon from the config; Kimi Linear biased routing weights', () => {
+  assert.equal(loadConfig(REAL_K3, { mlaLatentNormEps: 'config' }).mla.latentNormEps, 1e-5);
+  assert.equal(loadConfig(path.join(GOLDEN, 'kimi-linear')).moe.biasedWeights, false);
+  assert.equal(loadConfig(path.join(GOLDEN, 'kimi-linear'), { kimiLinearBiasedWeights: true }).moe.biasedWeights, true);
+});
+
+test('K2 config: every layer MLA with YaRN rope, grouped routing', () => {
+  const c = loadConfig(path.join(GOLDEN, 'k2-yarn'));
+  assert.equal(c.arch, 'k2');
+  assert.ok(c.layers.every((L) => L.attn === 'mla'));
+  assert.equal(c.mla.rope!.yarn!.factor, 32);
+  assert.equal(c.moe.groups, 4);
+  assert.equal(c.moe.topkGroup, 2);
+});
+
+function real(): Record<string, any> {
+  return JSON.parse(fs.readFileSync(REAL_K3, 'utf8'));
+}
+
+test('refusals name the field', () => {
+  const cases: [string, (c: Record<string, any>) => void, RegExp][] = [
+    ['num_experts', (c) => delete c.text_config.num_experts, /text_config\.num_experts/],
+    ['full_attn_layers out of range', (c) => (c.text_config.linear_attn_config.full_attn_layers = [0, 4]), /outside 1\.\.93/],
+    ['contradictory layer lists', (c) => (c.text_config.linear_attn_config.kda_layers = [1, 2, 3, 4]), /layer 4 .* in both/],
+    ['top-k above experts', (c) => (c.text_config.num_experts_per_token = 1000), /exceeds/],
+    ['unknown model type', (c) => (c.model_type = 'llama'), /model_type "llama"/],
+    ['hidden size not a number', (c) => (c.text_config.hidden_size = '7168'), /hidden_size must be a number/],
+    ['missing text_config', (c) => delete c.text_config, /text_config/],
+  ];
+  for (const [what, edit, msg] of cases) {
+    const c = real();
+    edit(c);
+    assert.throws(() => parseConfig(c, 'config.json'), (e: Error) => e.name === 'UserError' && msg.test(e.message), what);
+  }
+});
