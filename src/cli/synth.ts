@@ -1,10 +1,119 @@
 import type { Command } from './main.js';
+import { parse, parseIntFlag } from './args.js';
 import { UserError } from '../util/errors.js';
+import { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
+import { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
+
+const HELP = `usage: k3 synth --arch k3|kimi_linear|k2 --out DIR [options]
+
+Write a random checkpoint in the exact official layout of the architecture: config.json,
+safetensors shards (+ model.safetensors.index.json when sharded) and synth.json (the options).
+Weights are deterministic from --seed and scaled for a numerically sane forward pass. The
+directory appears only when complete; rerunning with the same options does nothing.
+
+options:
+  --arch A              k3 (Kimi K3), kimi_linear (Kimi Linear), k2 (Kimi K2 / DeepSeek-V3)
+  --out DIR             output directory
+  --preset P            tiny (default: the dims of shared/golden/<arch>), demo (K3, ~10 MB),
+                        k3-medium (K3, ~1.5 GB), k3-real-layers (K3 with the real layer and
+                        expert sizes, 4 layers x 32 experts by default, ~12 GB)
+  --experts-format F    mxfp4 (K3 default), bf16 (any arch; default for kimi_linear and k2),
+                        int4 (K2-Thinking compressed-tensors), fp8 (K2: DeepSeek-V3 block FP8 of
+                        every decoder linear but the router)
+  --shards N            number of safetensors files (1: model.safetensors, no index)
+  --seed N              weight seed (default 1)
+  --layers N            decoder layers (MLA layers: every 4th plus the last)
+  --experts N           routed experts per MoE layer
+  --top-k N             experts per token
+  --vocab N             vocabulary size
+  --hidden N            hidden size
+  --force               replace an existing checkpoint written with other options
+  --json                print the result as JSON`;
 
 export const command: Command = {
-  summary: '(not yet implemented)',
-  help: 'k3 synth: not yet implemented',
-  async run(): Promise<number> {
-    throw new UserError('synth: not yet implemented');
+  summary: 'write a random checkpoint in the official K3 / Kimi Linear / K2 layout',
+  help: HELP,
+  async run(args: string[]): Promise<number> {
+    const { values, positionals } = parse('synth', args, {
+      arch: { type: 'string' },
+      out: { type: 'string' },
+      preset: { type: 'string' },
+      'experts-format': { type: 'string' },
+      shards: { type: 'string' },
+      seed: { type: 'string' },
+      layers: { type: 'string' },
+      experts: { type: 'string' },
+      'top-k': { type: 'string' },
+      vocab: { type: 'string' },
+      hidden: { type: 'string' },
+      force: { type: 'boolean' },
+      json: { type: 'boolean' },
+    });
+    if (positionals.length > 0) throw new UserError(`synth: unexpected argument ${JSON.stringify(positionals[0])} (k3 synth --help)`);
+    if (!values.arch) throw new UserError('synth: --arch is required (k3, kimi_linear or k2)');
+    if (!values.out) throw new UserError('synth: --out DIR is required');
+    const arch = values.arch as SynthArch;
+    if (!ARCHS.includes(arch)) throw new UserError(`synth: --arch must be one of ${ARCHS.join(', ')}, got ${JSON.stringify(values.arch)}`);
+    if (values.preset !== undefined && !PRESETS.includes(values.preset as SynthPreset)) {
+      throw new UserError(`synth: --preset must be one of ${PRESETS.join(', ')}, got ${JSON.stringify(values.preset)}`);
+    }
+    const fmt = values['experts-format'];
+    if (fmt !== undefined && !EXPERTS_FORMATS.includes(fmt as ExpertsFormat)) {
+      throw new UserError(`synth: --experts-format must be one of ${EXPERTS_FORMATS.join(', ')}, got ${JSON.stringify(fmt)}`);
+    }
+    const opt = (name: string, min: number): number | undefined => {
+      const v = values[name as keyof typeof values] as string | undefined;
+      return v === undefined ? undefined : parseIntFlag('synth', name, v, 0, min);
+    };
+    const opts: SynthOptions = {
+      arch,
+      out: values.out,
+      preset: values.preset as SynthPreset | undefined,
+      expertsFormat: fmt as ExpertsFormat | undefined,
+      shards: opt('shards', 1),
+      seed: opt('seed', 0),
+      layers: opt('layers', 1),
+      experts: opt('experts', 1),
+      topK: opt('top-k', 1),
+      vocab: opt('vocab', 1),
+      hidden: opt('hidden', 1),
+      force: values.force === true,
+    };
+    for (const k of Object.keys(opts) as (keyof SynthOptions)[]) if (opts[k] === undefined) delete opts[k];
+
+    const tty = process.stderr.isTTY === true;
+    let lastLine = 0;
+    let progressShown = false;
+    const t0 = performance.now();
+    opts.onProgress = (done, total) => {
+      if (total < 256 * 2 ** 20) return; // small outputs finish before a progress line helps
+      const now = performance.now();
+      if (done < total && now - lastLine < (tty ? 500 : 10_000)) return;
+      lastLine = now;
+      const s = (now - t0) / 1000;
+      const line = `synth: ${fmtBytes(done)} / ${fmtBytes(total)} (${Math.floor((100 * done) / total)}%), ${fmtBytes(done / Math.max(s, 1e-3))}/s`;
+      process.stderr.write(tty ? `\r${line}\x1b[K` : `${line}\n`);
+      progressShown = true;
+    };
+    const r = await synthCheckpoint(opts);
+    if (progressShown && tty) process.stderr.write('\n');
+    if (values.json) {
+      console.log(JSON.stringify({ dir: r.dir, skipped: r.skipped, files: r.shards, tensors: r.tensors, bytes: r.bytes, seconds: r.seconds, ...r.resolved }));
+    } else if (r.skipped) {
+      console.log(`synth: ${r.dir} already holds this checkpoint (same options); nothing to do`);
+    } else {
+      const what = `${r.resolved.arch} ${r.resolved.preset}, ${r.resolved.expertsFormat} experts, seed ${r.resolved.seed}`;
+      console.log(
+        `synth: wrote ${r.dir} (${what}): ${r.shards.length} shard(s), ${r.tensors} tensors, ${fmtBytes(r.bytes)} (${r.bytes} bytes) in ${r.seconds.toFixed(2)} s (${fmtBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s)`,
+      );
+    }
+    return 0;
   },
 };
+
+function fmtBytes(n: number): string {
+  if (n >= 2 ** 30) return `${(n / 2 ** 30).toFixed(2)} GiB`;
+  if (n >= 2 ** 20) return `${(n / 2 ** 20).toFixed(1)} MiB`;
+  if (n >= 2 ** 10) return `${(n / 2 ** 10).toFixed(1)} KiB`;
+  return `${Math.round(n)} B`;
+}

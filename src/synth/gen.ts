@@ -15,8 +15,8 @@ export type Gen =
   | { kind: 'const'; values: number[] }
   /** MXFP4 nibble pairs (E2M1 codes, low nibble = even column). */
   | { kind: 'mxfp4' }
-  /** E8M0 scale bytes around `center`. */
-  | { kind: 'e8m0'; center: number }
+  /** E8M0 scale bytes: `base`, or `base + 1` with probability pHigh. */
+  | { kind: 'e8m0'; base: number; pHigh: number }
   /** INT4 pack-quantized nibble pairs (offset binary, low nibble first), written as bytes of I32 words. */
   | { kind: 'int4' }
   /** float8 e4m3fn bytes. */
@@ -88,7 +88,7 @@ export function makeFill(t: TensorPlan, seed: number): Fill {
     case 'e8m0':
     case 'int4':
     case 'fp8': {
-      const tab = g.kind === 'mxfp4' ? mxfp4Table() : g.kind === 'e8m0' ? e8m0Table(g.center) : g.kind === 'int4' ? int4Table() : fp8Table();
+      const tab = g.kind === 'mxfp4' ? mxfp4Table() : g.kind === 'e8m0' ? e8m0Table(g.base, g.pHigh) : g.kind === 'int4' ? int4Table() : fp8Table();
       return (piece) => r().map8(piece, tab);
     }
     case 'alog':

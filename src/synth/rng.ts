@@ -233,26 +233,34 @@ export function mxfp4Table(): Uint8Array {
 }
 
 /** Actual std of the MXFP4 code values (so scales hit a target std). */
+let mxfp4StdMemo = 0;
 export function mxfp4CodeStd(): number {
+  if (mxfp4StdMemo) return mxfp4StdMemo;
   const codes = mxfp4Codes();
   let s = 0;
   for (const c of codes) s += E2M1_TABLE[c]! ** 2;
-  return Math.sqrt(s / 256);
+  return (mxfp4StdMemo = Math.sqrt(s / 256));
 }
 
-/** E8M0 byte for a block scale so that code values of std `codeStd` give weights of std `target`. */
-export function e8m0Center(target: number, codeStd: number): number {
-  return Math.max(1, Math.min(254, Math.round(127 + Math.log2(target / codeStd))));
+/**
+ * E8M0 scale bytes giving weights of std `target` from code values of std `codeStd`: the exact
+ * exponent x = 127 + log2(target / codeStd) is split into base = floor(x) and base + 1, the
+ * latter with probability p = (4^(x - base) - 1) / 3, which makes the mean square exact.
+ * (Real K3 experts: x is about 120.9 -> bytes 120 / 121, as the shipped scales 120..122.)
+ */
+export function e8m0Mix(target: number, codeStd: number): { base: number; pHigh: number } {
+  const x = Math.max(1, Math.min(253, 127 + Math.log2(target / codeStd)));
+  const base = Math.floor(x);
+  const pHigh = Math.round(((4 ** (x - base) - 1) / 3) * 1e6) / 1e6;
+  return { base, pHigh };
 }
 
-/** E8M0 scale bytes: center-1, center, center+1 with probabilities 1/4, 1/2, 1/4. */
-export function e8m0Table(center: number): Uint8Array {
-  return cached(`e8m0:${center}`, () => {
+/** Scale bytes: `base` or `base + 1` (the latter with probability pHigh). */
+export function e8m0Table(base: number, pHigh: number): Uint8Array {
+  return cached(`e8m0:${base},${pHigh}`, () => {
     const t = new Uint8Array(TABLE_SIZE);
-    for (let i = 0; i < TABLE_SIZE; i++) {
-      const q = i >>> 14; // 0..3
-      t[i] = Math.max(0, Math.min(254, center + (q === 0 ? -1 : q === 3 ? 1 : 0)));
-    }
+    const cut = Math.round((1 - pHigh) * TABLE_SIZE);
+    for (let i = 0; i < TABLE_SIZE; i++) t[i] = i < cut ? base : base + 1;
     return t;
   });
 }
@@ -309,10 +317,12 @@ export function fp8Table(): Uint8Array {
   });
 }
 
+let fp8StdMemo = 0;
 export function fp8Std(): number {
+  if (fp8StdMemo) return fp8StdMemo;
   const t = fp8Table();
   let s = 0;
   for (let i = 0; i < TABLE_SIZE; i += 1) s += FP8_TABLE[t[i]!]! ** 2;
-  return Math.sqrt(s / TABLE_SIZE);
+  return (fp8StdMemo = Math.sqrt(s / TABLE_SIZE));
 }
 
