@@ -4,7 +4,9 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TensorEntry } from '../src/checkpoint/safetensors.js';
 import type { DType } from '../src/checkpoint/dtypes.js';
+import type { ModelConfig } from '../src/checkpoint/config.js';
 import { WeightStore, type ByteReader } from '../src/store/store.js';
+import { buildLayout } from '../src/store/layout.js';
 
 /** Repository root (tests run from dist/test/). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -18,25 +20,24 @@ export interface MemTensor {
   bytes: Uint8Array;
 }
 
-/** A WeightStore over tensors held in memory (one fake file), for block-level fixtures. */
-export function memoryStore(tensors: Record<string, MemTensor>): WeightStore {
-  const blobs = new Map<number, Uint8Array>();
+/** A WeightStore over tensors held in memory (one fake file), for block-level fixtures that hold part of a model. */
+export function memoryStore(cfg: ModelConfig, tensors: Record<string, MemTensor>): WeightStore {
+  // One fake file: the tensors back to back, read by (offset, length) like a real shard.
   const entries = new Map<string, TensorEntry>();
   let off = 0;
   for (const [name, t] of Object.entries(tensors)) {
     entries.set(name, { name, file: 'memory', dtype: t.dtype, shape: t.shape, offset: off, nbytes: t.bytes.byteLength });
-    blobs.set(off, t.bytes);
     off += t.bytes.byteLength;
   }
+  const file = new Uint8Array(off);
+  for (const [name, t] of Object.entries(tensors)) file.set(t.bytes, entries.get(name)!.offset);
   const reader: ByteReader = {
-    async read(_file, offset, length) {
-      const b = blobs.get(offset);
-      if (!b || b.byteLength !== length) throw new Error(`memoryStore: no tensor at ${offset}`);
-      return b.slice();
+    async read(_file, offset, into) {
+      into.set(file.subarray(offset, offset + into.byteLength));
     },
     close() {},
   };
-  return new WeightStore(entries, reader);
+  return new WeightStore(cfg, entries, buildLayout(cfg, entries, undefined, true), reader, Number.MAX_SAFE_INTEGER, 64, 64);
 }
 
 export function f32Tensor(data: number[] | Float32Array, shape: number[]): MemTensor {

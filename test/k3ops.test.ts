@@ -19,6 +19,7 @@ import { k3Layer } from '../src/model/k3.js';
 import { SequenceState } from '../src/model/state.js';
 import { decodeRow } from '../src/kernels/ref.js';
 import type { WeightView } from '../src/kernels/types.js';
+import { residentMat, type Mat } from '../src/store/mat.js';
 
 const DIR = path.join(FIXTURES, 'k3-ops');
 const MANIFEST = JSON.parse(fs.readFileSync(path.join(DIR, 'MANIFEST.json'), 'utf8'));
@@ -33,10 +34,10 @@ function load(name: string): Fixture {
 function arr(f: Fixture, k: string): Float32Array {
   return Float32Array.from((f[k] as Arr).data);
 }
-function view(f: Fixture, k: string): WeightView {
+function view(f: Fixture, k: string): Mat {
   const a = f[k] as Arr;
   const d = Float32Array.from(a.data);
-  return { name: k, format: 'f32', rows: a.shape[0]!, cols: a.shape[1]!, data: new Uint8Array(d.buffer) };
+  return residentMat({ name: k, format: 'f32', rows: a.shape[0]!, cols: a.shape[1]!, data: new Uint8Array(d.buffer) });
 }
 function close(got: ArrayLike<number>, want: ArrayLike<number>, what: string): void {
   const r = worstExcess(got, want, ABS, REL);
@@ -114,12 +115,12 @@ for (const name of ['kda_recur1', 'kda_recur8']) {
 }
 
 for (const name of ['kda_layer1', 'kda_layer8']) {
-  test(`${name}: whole KDA block with full-rank gate`, () => {
+  test(`${name}: whole KDA block with full-rank gate`, async () => {
     const f = load(name);
     const T = f.T as number, H = f.H as number, d = f.d_k as number;
     const p: KdaParams = { heads: H, headDim: d, convSize: f.conv_k as number, gateLowerBound: f.lower_bound as number, eps: f.rms_eps as number };
     const st = newKdaState(p);
-    const y = kdaForward(
+    const y = await kdaForward(
       p,
       {
         q: view(f, 'q_proj'), k: view(f, 'k_proj'), v: view(f, 'v_proj'),
@@ -135,12 +136,12 @@ for (const name of ['kda_layer1', 'kda_layer8']) {
   });
 }
 
-test('router: selection on biased scores, weights from unbiased ones', () => {
+test('router: selection on biased scores, weights from unbiased ones', async () => {
   const f = load('router');
   const E = f.n_experts as number, K = f.top_k as number;
   const x = arr(f, 'in');
   const T = x.length / 128;
-  const r = route({ experts: E, topK: K, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false }, view(f, 'gate_weight'), arr(f, 'bias'), x, T);
+  const r = await route({ experts: E, topK: K, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false }, view(f, 'gate_weight'), arr(f, 'bias'), x, T);
   const idx = (f.topk_idx as Arr).data;
   const w = (f.topk_weight as Arr).data;
   for (let t = 0; t < T; t++) {
@@ -168,13 +169,13 @@ test('attnres: RMS-normalized keys, raw values, 9 sources', () => {
   close(attnResMix(snaps, cur, T, D, foldWeights(arr(f, 'norm_weight'), arr(f, 'proj_weight')), f.eps as number), arr(f, 'out'), 'mix');
 });
 
-test('mla: gated NoPE MLA from the latent cache', () => {
+test('mla: gated NoPE MLA from the latent cache', async () => {
   const f = load('mla');
   const H = f.n_heads as number, dn = f.qk_nope as number, dr = f.qk_rope as number, dv = f.v_head as number, Lk = f.kv_lora as number;
   const x = arr(f, 'in');
   const T = x.length / 128;
   const cache = new MlaCache(Lk, dr);
-  const y = mlaForward(
+  const y = await mlaForward(
     { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk, scale: f.scale as number, latentNormEps: f.rms_eps as number, rope: null },
     {
       q: { a: view(f, 'q_a_proj_weight'), norm: arr(f, 'q_a_layernorm_weight'), b: view(f, 'q_b_proj_weight') },
@@ -200,7 +201,9 @@ test('moe: latent MoE, norm on the aggregate, shared experts on the full-width i
       latent: { down: view(f, 'down_weight'), up: view(f, 'up_weight'), norm: arr(f, 'norm_weight') },
     },
     x, T,
-    async (ids) => ids.map((e) => ({ gate: view(f, `experts_${e}_w1_weight`), up: view(f, `experts_${e}_w3_weight`), down: view(f, `experts_${e}_w2_weight`) })),
+    async (ids, use) => {
+      for (const e of ids) await use(e, { gate: view(f, `experts_${e}_w1_weight`), up: view(f, `experts_${e}_w3_weight`), down: view(f, `experts_${e}_w2_weight`) });
+    },
   );
   close(y, arr(f, 'out'), 'out');
 });
@@ -252,7 +255,7 @@ for (const name of ['layer_kda', 'layer_mla']) {
       if (typeof v !== 'object' || v === null || !('data' in v) || ['in', 'out', 'block_residual_in', 'block_residual_out'].includes(k)) continue;
       tensors[officialName(k, l)] = f32Tensor((v as Arr).data, (v as Arr).shape);
     }
-    const block = makeBlock(cfg, memoryStore(tensors));
+    const block = makeBlock(cfg, memoryStore(cfg, tensors));
     const D = 128;
     const x = arr(f, 'in');
     const T = x.length / D;

@@ -11,7 +11,6 @@ import { moeForward, type MoeParams } from './moe.js';
 import { gatedMlp, linear, rmsNorm } from './ops.js';
 import { makeRope, yarnScaleFactor } from './rope.js';
 import type { SequenceState } from './state.js';
-import { decodeRow } from '../kernels/ref.js';
 import { denseMlpWeights, expertFetch, kdaWeights, layerPrefix, lmHeadName, mlaWeights, modelPrefix, moeWeights } from './weights.js';
 
 export interface Block {
@@ -46,14 +45,10 @@ export function makeBlock(cfg: ModelConfig, store: WeightStore): Block {
 /** Embedding rows of `ids`: [T, D] (plain row lookup, no scaling; §1.3). */
 export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
   const { cfg } = b;
-  const D = cfg.hiddenSize;
   for (const id of ids) {
     if (!Number.isInteger(id) || id < 0 || id >= cfg.vocabSize) throw new UserError(`token id ${id} is outside the vocabulary (0 .. ${cfg.vocabSize - 1})`);
   }
-  const table = await b.store.linear(`${modelPrefix(cfg)}embed_tokens`, cfg.vocabSize, D);
-  const x = new Float32Array(ids.length * D);
-  ids.forEach((id, t) => decodeRow(table, id, x.subarray(t * D, (t + 1) * D)));
-  return x;
+  return b.store.embedRows(ids);
 }
 
 /** Normalize with a per-layer norm weight `<layer>.<name>.weight`. */
@@ -82,6 +77,6 @@ export async function head(b: Block, h: Float32Array, T: number, rows: number[])
   const w = await b.store.vector(`${modelPrefix(cfg)}norm.weight`, D);
   const sel = new Float32Array(rows.length * D);
   rows.forEach((t, i) => sel.set(h.subarray(t * D, (t + 1) * D), i * D));
-  const lm = await b.store.linear(lmHeadName(cfg), cfg.vocabSize, D);
+  const lm = b.store.mat(lmHeadName(cfg), cfg.vocabSize, D);
   return linear(lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
 }

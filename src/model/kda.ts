@@ -4,7 +4,7 @@
 // State per layer: S [H, dk, dk] f32 (rows = key channel, columns = value channel) and the last
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
-import type { WeightView } from '../kernels/types.js';
+import type { Mat } from '../store/mat.js';
 import { linear, sigmoid } from './ops.js';
 
 const fr = Math.fround;
@@ -19,19 +19,19 @@ export interface KdaParams {
 }
 
 export interface KdaWeights {
-  q: WeightView;
-  k: WeightView;
-  v: WeightView;
+  q: Mat;
+  k: Mat;
+  v: Mat;
   /** Depthwise conv taps [P, W] (tap W-1 multiplies the current token). */
   qConv: Float32Array;
   kConv: Float32Array;
   vConv: Float32Array;
-  fa: WeightView;
-  fb: WeightView;
-  b: WeightView;
+  fa: Mat;
+  fb: Mat;
+  b: Mat;
   /** Output gate: full-rank g_proj (K3) or the low-rank pair g_a / g_b (Kimi Linear). */
-  gate: { full: WeightView } | { a: WeightView; b: WeightView };
-  o: WeightView;
+  gate: { full: Mat } | { a: Mat; b: Mat };
+  o: Mat;
   /** Per head (first `heads` entries are used; K3 pads to head_dim). */
   aLog: Float32Array;
   dtBias: Float32Array;
@@ -122,17 +122,17 @@ function l2Heads(x: Float32Array, heads: number, d: number, scale: number): void
 }
 
 /** KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. */
-export function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Float32Array {
+export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Promise<Float32Array> {
   const H = p.heads;
   const d = p.headDim;
   const P = H * d;
   const W = p.convSize;
-  const qr = linear(w.q, x, T);
-  const kr = linear(w.k, x, T);
-  const vr = linear(w.v, x, T);
-  const beta = linear(w.b, x, T);
-  const z = linear(w.fb, linear(w.fa, x, T), T);
-  const gamma = 'full' in w.gate ? linear(w.gate.full, x, T) : linear(w.gate.b, linear(w.gate.a, x, T), T);
+  const qr = await linear(w.q, x, T);
+  const kr = await linear(w.k, x, T);
+  const vr = await linear(w.v, x, T);
+  const z = await linear(w.fb, await linear(w.fa, x, T), T);
+  const beta = await linear(w.b, x, T);
+  const gamma = 'full' in w.gate ? await linear(w.gate.full, x, T) : await linear(w.gate.b, await linear(w.gate.a, x, T), T);
 
   const q = new Float32Array(P), k = new Float32Array(P), v = new Float32Array(P);
   const alpha = new Float32Array(P);

@@ -3,8 +3,9 @@
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.
 
-import type { WeightView } from '../kernels/types.js';
+import type { Mat } from '../store/mat.js';
 import { dot, decodeRow, matvecT } from '../kernels/ref.js';
+import type { WeightView } from '../kernels/types.js';
 import { linear, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
 
@@ -24,13 +25,14 @@ export interface MlaParams {
 
 export interface MlaWeights {
   /** q-LoRA pair with its norm, or a direct q_proj. */
-  q: { a: WeightView; norm: Float32Array; b: WeightView } | { direct: WeightView };
-  kva: WeightView;
+  q: { a: Mat; norm: Float32Array; b: Mat } | { direct: Mat };
+  kva: Mat;
   kvaNorm: Float32Array;
-  kvb: WeightView;
-  o: WeightView;
+  /** kv_b_proj, read by rows per head: used whole. */
+  kvb: Mat;
+  o: Mat;
   /** K3 sigmoid output gate g_proj [H·dv, D], or null. */
-  gate: WeightView | null;
+  gate: Mat | null;
 }
 
 /** Latent cache of one MLA layer: [cap, Lk] latents and [cap, dr] rope keys. */
@@ -61,11 +63,10 @@ export class MlaCache {
 }
 
 /** MLA for T tokens of normalized input x [T, D] at positions cache.length …; appends to the cache. */
-export function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Float32Array {
-  const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
-  const dq = dn + dr;
-  const q = 'direct' in w.q ? linear(w.q.direct, x, T) : linear(w.q.b, rmsNorm(linear(w.q.a, x, T), T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
-  const a = linear(w.kva, x, T); // [T, Lk + dr]
+export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Promise<Float32Array> {
+  const { heads: H, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
+  const q = 'direct' in w.q ? await linear(w.q.direct, x, T) : await linear(w.q.b, rmsNorm(await linear(w.q.a, x, T), T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
+  const a = await linear(w.kva, x, T); // [T, Lk + dr]
   const p0 = cache.length;
   cache.reserve(p0 + T);
   for (let t = 0; t < T; t++) {
@@ -76,6 +77,18 @@ export function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: numb
   cache.length = p0 + T;
 
   const out = new Float32Array(T * H * dv);
+  await w.kvb.whole((kvb) => attend(p, kvb, q, T, p0, cache, out));
+  if (w.gate) {
+    const g = await linear(w.gate, x, T);
+    for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g[i]!);
+  }
+  return linear(w.o, out, T);
+}
+
+/** Absorbed attention of T queries at positions p0 … over the cache; writes [T, H·dv] into out. */
+function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
+  const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
+  const dq = dn + dr;
   const qLat = new Float32Array(Lk);
   const oLat = new Float32Array(Lk);
   const vRow = new Float32Array(Lk);
@@ -87,7 +100,7 @@ export function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: numb
       const qo = t * H * dq + h * dq;
       if (p.rope) applyRope(p.rope, q, qo + dn, pos);
       // q_lat = q_nope · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj)
-      matvecT(w.kvb, h * (dn + dv), dn, q, qo, qLat);
+      matvecT(kvb, h * (dn + dv), dn, q, qo, qLat);
       let max = -Infinity;
       for (let s = 0; s < n; s++) {
         const sc = fr(fr(dot(qLat, 0, cache.lat, s * Lk, Lk) + dot(q, qo + dn, cache.rope, s * dr, dr)) * p.scale);
@@ -104,14 +117,9 @@ export function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: numb
       }
       // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv)
       for (let j = 0; j < dv; j++) {
-        decodeRow(w.kvb, h * (dn + dv) + dn + j, vRow);
+        decodeRow(kvb, h * (dn + dv) + dn + j, vRow);
         out[t * H * dv + h * dv + j] = dot(vRow, 0, oLat, 0, Lk);
       }
     }
   }
-  if (w.gate) {
-    const g = linear(w.gate, x, T);
-    for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g[i]!);
-  }
-  return linear(w.o, out, T);
 }

@@ -2,8 +2,8 @@
 // its architecture. Forward consumes new tokens, advances the sequence state, and returns the
 // logits of the positions asked for.
 
-import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
-import { WeightStore, type ByteReader } from '../store/store.js';
+import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
+import { WeightStore, type StoreOptions } from '../store/store.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
@@ -17,20 +17,20 @@ const FORWARD = { k2: forwardK2, kimi_linear: forwardKimiLinear, k3: forwardK3 }
 export class Model {
   private readonly block: Block;
 
-  constructor(
-    readonly config: ModelConfig,
-    readonly store: WeightStore,
-  ) {
-    this.block = makeBlock(config, store);
+  readonly config: ModelConfig;
+
+  constructor(readonly store: WeightStore) {
+    this.config = store.cfg;
+    this.block = makeBlock(store.cfg, store);
   }
 
-  static open(dir: string, opts: { overrides?: ConfigOverrides; reader?: ByteReader } = {}): Model {
-    const config = loadConfig(dir, opts.overrides);
-    return new Model(config, WeightStore.open(dir, opts.reader));
+  /** Open a checkpoint with a memory budget (default: everything resident). */
+  static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Model {
+    return new Model(WeightStore.open(dir, opts));
   }
 
   newState(): SequenceState {
-    return new SequenceState(this.config);
+    return new SequenceState(this.config, this.store.plan.ctx);
   }
 
   /**
@@ -55,7 +55,7 @@ export class Model {
     return out;
   }
 
-  close(): void {
-    this.store.close();
+  async close(): Promise<void> {
+    await this.store.close();
   }
 }

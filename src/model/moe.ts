@@ -3,16 +3,16 @@
 // applied to every token that chose it; each token's weighted sum is accumulated in router order,
 // so a token's numbers do not depend on the other tokens of the chunk.
 
-import type { WeightView } from '../kernels/types.js';
+import type { Mat } from '../store/mat.js';
 import { gatedMlp, linear, rmsNorm, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
 export interface MoeWeights {
-  gate: WeightView;
+  gate: Mat;
   bias: Float32Array;
   shared: MlpWeights | null;
   /** K3 latent MoE: down [latent, D], up [D, latent], norm [latent]. */
-  latent: { down: WeightView; up: WeightView; norm: Float32Array | null } | null;
+  latent: { down: Mat; up: Mat; norm: Float32Array | null } | null;
 }
 
 export interface MoeParams extends RouterConfig {
@@ -20,29 +20,32 @@ export interface MoeParams extends RouterConfig {
   eps: number;
 }
 
-/** Fetches routed experts: called once per MoE block with every distinct expert the chunk chose, in ascending id order. */
-export type ExpertFetch = (ids: number[]) => Promise<MlpWeights[]>;
+/**
+ * Lends routed experts: called once per MoE block with every distinct expert the chunk chose, in
+ * ascending id order; calls `use` once per expert (in any order, possibly in batches that fit the
+ * cache) with the expert's weights, valid only during the call.
+ */
+export type ExpertFetch = (ids: number[], use: (expert: number, w: MlpWeights) => Promise<void>) => Promise<void>;
 
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
 export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
   const D = w.gate.cols;
-  const routing = route(p, w.gate, w.bias, x, T);
+  const routing = await route(p, w.gate, w.bias, x, T);
   // The routed experts act on x (plain) or on the latent z = W_down x (K3; router still reads x).
-  const z = w.latent ? linear(w.latent.down, x, T) : x;
+  const z = w.latent ? await linear(w.latent.down, x, T) : x;
   const zw = w.latent ? w.latent.down.rows : D;
 
   const users = new Map<number, number[]>();
   for (let t = 0; t < T; t++) for (const e of routing.ids[t]!) (users.get(e) ?? users.set(e, []).get(e)!).push(t);
   const chosen = [...users.keys()].sort((a, b) => a - b);
-  const experts = await fetch(chosen);
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
-  chosen.forEach((e, k) => {
+  await fetch(chosen, async (e, ew) => {
     const toks = users.get(e)!;
     const xin = new Float32Array(toks.length * zw);
     toks.forEach((t, i) => xin.set(z.subarray(t * zw, (t + 1) * zw), i * zw));
-    const y = gatedMlp(experts[k]!, xin, toks.length, p.act);
+    const y = await gatedMlp(ew, xin, toks.length, p.act);
     toks.forEach((t, i) => {
       const j = routing.ids[t]!.indexOf(e);
       outOf.set(t * p.topK + j, y.subarray(i * zw, (i + 1) * zw));
@@ -61,12 +64,12 @@ export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T
   let out: Float32Array;
   if (w.latent) {
     const normed = w.latent.norm ? rmsNorm(routed, T, zw, w.latent.norm, p.eps) : routed;
-    out = linear(w.latent.up, normed, T);
+    out = await linear(w.latent.up, normed, T);
   } else {
     out = routed;
   }
   if (w.shared) {
-    const s = gatedMlp(w.shared, x, T, p.act);
+    const s = await gatedMlp(w.shared, x, T, p.act);
     for (let i = 0; i < out.length; i++) out[i] = out[i]! + s[i]!;
   }
   return out;

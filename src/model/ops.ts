@@ -3,7 +3,7 @@
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
 import { matmul } from '../kernels/ref.js';
-import type { WeightView } from '../kernels/types.js';
+import type { Mat } from '../store/mat.js';
 
 const fr = Math.fround;
 
@@ -26,10 +26,22 @@ export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, 
   return out;
 }
 
-/** y = W x for T rows: [T, rows]. */
-export function linear(w: WeightView, x: Float32Array, T: number): Float32Array {
-  const y = new Float32Array(T * w.rows);
-  matmul(w, x, T, y);
+/**
+ * y = W x for T rows: [T, rows]. The matrix is visited in row blocks (which the store may stream);
+ * each output element is the canonical dot, so the blocking never changes a bit.
+ */
+export async function linear(w: Mat, x: Float32Array, T: number): Promise<Float32Array> {
+  const rows = w.rows;
+  const y = new Float32Array(T * rows);
+  await w.parts((v, r0) => {
+    if (r0 === 0 && v.rows === rows) {
+      matmul(v, x, T, y);
+      return;
+    }
+    const part = new Float32Array(T * v.rows);
+    matmul(v, x, T, part);
+    for (let t = 0; t < T; t++) y.set(part.subarray(t * v.rows, (t + 1) * v.rows), t * rows + r0);
+  });
   return y;
 }
 
@@ -73,14 +85,14 @@ export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation):
 
 /** Gate/up/down weights of one gated MLP (dense MLP, shared experts, one routed expert). */
 export interface MlpWeights {
-  gate: WeightView;
-  up: WeightView;
-  down: WeightView;
+  gate: Mat;
+  up: Mat;
+  down: Mat;
 }
 
 /** down · act(gate · x, up · x) for T rows. */
-export function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Float32Array {
-  const h = gatedAct(linear(w.gate, x, T), linear(w.up, x, T), act);
+export async function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {
+  const h = gatedAct(await linear(w.gate, x, T), await linear(w.up, x, T), act);
   return linear(w.down, h, T);
 }
 

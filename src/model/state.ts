@@ -11,10 +11,11 @@ export class SequenceState {
   readonly kda: (KdaState | null)[];
   readonly mla: (MlaCache | null)[];
 
-  constructor(readonly cfg: ModelConfig) {
+  /** @param ctx positions the MLA caches are allocated for up front (they grow past it if needed). */
+  constructor(readonly cfg: ModelConfig, ctx = 64) {
     const k = cfg.kda;
     this.kda = cfg.layers.map((L) => (L.attn === 'kda' ? newKdaState({ heads: k!.heads, headDim: k!.headDim, convSize: k!.convSize, gateLowerBound: k!.gateLowerBound, eps: cfg.rmsNormEps }) : null));
-    this.mla = cfg.layers.map((L) => (L.attn === 'mla' ? new MlaCache(cfg.mla.kvLoraRank, cfg.mla.ropeDim) : null));
+    this.mla = cfg.layers.map((L) => (L.attn === 'mla' ? new MlaCache(cfg.mla.kvLoraRank, cfg.mla.ropeDim, ctx) : null));
   }
 
   /** Number of positions already processed. */

@@ -1,17 +1,29 @@
-// Where weights live. The model asks for a tensor by name and gets a view; it cannot tell whether
-// the bytes were resident, read just now, or cached. This first store keeps everything it has read
-// (the "all resident" budget); the budgeted streaming store plugs in behind the same interface.
+// Where weights live. The model asks for a matrix by name and gets a Mat it can look at block by
+// block; it cannot tell whether the bytes were pinned, streamed through the ring just now, or
+// found in the expert cache. That is what makes every budget compute the same numbers.
+//
+//   pinned trunk    the first pieces of the forward order, kept after their first read
+//   ring            the other trunk pieces, streamed with read-ahead (ring.ts)
+//   expert cache    slots of one expert each, filled with parallel reads when a router has chosen
+//   small tensors   norms, biases, conv taps: resident once read
+//   embedding       rows read on demand
 
 import * as fs from 'node:fs';
+import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
 import { indexCheckpointDir, type TensorEntry } from '../checkpoint/safetensors.js';
-import { resolveLinear } from '../checkpoint/linear.js';
 import { bf16ToF32, f16ToF32 } from '../checkpoint/dtypes.js';
-import type { WeightView } from '../kernels/types.js';
+import { decodeRow } from '../kernels/ref.js';
+import type { MlpWeights } from '../model/ops.js';
 import { ReadError, UserError } from '../util/errors.js';
+import { CyclePolicy, ExpertCache } from './expert-cache.js';
+import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';
+import { residentMat, type Mat } from './mat.js';
+import { checkFloor, makePlan, type Plan } from './plan.js';
+import { Ring } from './ring.js';
 
-/** Positioned reads of byte ranges. A test double can inject faults. */
+/** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
 export interface ByteReader {
-  read(file: string, offset: number, length: number): Promise<Uint8Array>;
+  read(file: string, offset: number, into: Uint8Array): Promise<void>;
   close(): void;
 }
 
@@ -19,7 +31,6 @@ const MAX_READ = 1 << 30; // one fs.read moves at most 2 GiB in Node 20; stay we
 
 export class FsReader implements ByteReader {
   private readonly fds = new Map<string, number>();
-  bytesRead = 0;
 
   private fd(file: string): number {
     let fd = this.fds.get(file);
@@ -27,30 +38,25 @@ export class FsReader implements ByteReader {
       try {
         fd = fs.openSync(file, 'r');
       } catch (e) {
-        throw new ReadError(`${file}: cannot open (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+        throw new ReadError(`${file}: cannot open (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 4);
       }
       this.fds.set(file, fd);
     }
     return fd;
   }
 
-  async read(file: string, offset: number, length: number): Promise<Uint8Array> {
+  async read(file: string, offset: number, into: Uint8Array): Promise<void> {
     const fd = this.fd(file);
-    const buf = new Uint8Array(length);
+    const length = into.byteLength;
     let done = 0;
     while (done < length) {
       const want = Math.min(MAX_READ, length - done);
-      let got: number;
-      try {
-        got = fs.readSync(fd, buf, done, want, offset + done);
-      } catch (e) {
-        throw new ReadError(`${file}: read of ${want} bytes at offset ${offset + done} failed (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
-      }
-      if (got === 0) throw new ReadError(`${file}: short read at offset ${offset + done}: ${done} of ${length} bytes (file truncated?)`);
+      const got = await new Promise<number>((resolve, reject) =>
+        fs.read(fd, into, done, want, offset + done, (err, n) => (err ? reject(new ReadError(`${file}: read of ${want} bytes at offset ${offset + done} failed (${err.code ?? err.message})`, 4)) : resolve(n))),
+      );
+      if (got === 0) throw new ReadError(`${file}: short read at offset ${offset + done}: got ${done} of ${length} bytes (file truncated?)`, 4);
       done += got;
     }
-    this.bytesRead += length;
-    return buf;
   }
 
   close(): void {
@@ -59,64 +65,151 @@ export class FsReader implements ByteReader {
   }
 }
 
+export interface StoreStats {
+  trunkBytesRead: number;
+  expertBytesRead: number;
+  embedBytesRead: number;
+  smallBytesRead: number;
+  /** Milliseconds the forward pass spent waiting for reads. */
+  ioWaitMs: number;
+  expertHits: number;
+  expertMisses: number;
+}
+
+export interface StoreOptions {
+  /** Memory budget in bytes (default: everything resident). */
+  budget?: number;
+  /** Context length the MLA cache is planned for. */
+  ctx?: number;
+  chunk?: number;
+  reader?: ByteReader;
+  maxPiece?: number;
+}
+
 export class WeightStore {
-  private readonly linears = new Map<string, WeightView>();
-  private readonly vectors = new Map<string, Float32Array>();
+  readonly plan: Plan;
+  readonly stats: StoreStats = { trunkBytesRead: 0, expertBytesRead: 0, embedBytesRead: 0, smallBytesRead: 0, ioWaitMs: 0, expertHits: 0, expertMisses: 0 };
+  private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void> }>();
+  private readonly ring: Ring;
+  private readonly smalls = new Map<string, Promise<Float32Array>>();
+  private readonly cache: ExpertCache<number>;
+  private readonly slots: Uint8Array[] = [];
+  private readonly freeSlots: number[] = [];
+  private readonly expertOffsets: number[];
 
   constructor(
+    readonly cfg: ModelConfig,
     readonly entries: Map<string, TensorEntry>,
+    readonly layout: Layout,
     readonly reader: ByteReader,
-  ) {}
-
-  static open(dir: string, reader: ByteReader = new FsReader()): WeightStore {
-    return new WeightStore(indexCheckpointDir(dir), reader);
+    budget: number,
+    ctx: number,
+    chunk: number,
+  ) {
+    this.plan = makePlan(cfg, layout, budget, ctx, chunk);
+    checkFloor(this.plan);
+    const streamed = layout.sequence.slice(this.plan.pinnedPieces);
+    this.ring = new Ring(new Uint8Array(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
+    this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (_l, _e, slot) => {
+      if (slot !== undefined) this.freeSlots.push(slot);
+    });
+    this.expertOffsets = [];
   }
 
-  has(name: string): boolean {
-    return this.entries.has(name);
+  /** Open a checkpoint directory with a memory budget (default: everything resident). */
+  static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): WeightStore {
+    const cfg = loadConfig(dir, opts.overrides);
+    const entries = indexCheckpointDir(dir);
+    const layout = buildLayout(cfg, entries, opts.maxPiece);
+    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), opts.budget ?? Number.MAX_SAFE_INTEGER, opts.ctx ?? 4096, opts.chunk ?? 64);
   }
 
-  entry(name: string): TensorEntry {
-    const e = this.entries.get(name);
-    if (!e) throw new UserError(`missing tensor ${name} in the checkpoint`);
-    return e;
+  private async readRange(r: Range, into: Uint8Array): Promise<void> {
+    await this.reader.read(r.file, r.offset, into);
   }
 
-  private async bytes(e: TensorEntry): Promise<Uint8Array> {
-    return this.reader.read(e.file, e.offset, e.nbytes);
+  private async readPiece(p: Piece, into: Uint8Array): Promise<void> {
+    const dataLen = p.data.length;
+    const reads = [this.readRange(p.data, into.subarray(0, dataLen))];
+    if (p.scale) reads.push(this.readRange(p.scale, into.subarray(dataLen, dataLen + p.scale.length)));
+    await Promise.all(reads);
+    this.stats.trunkBytesRead += p.bytes;
   }
 
-  /** The linear layer `<base>` in whatever format the checkpoint stores it, checked against [rows, cols]. */
-  async linear(base: string, rows: number, cols: number): Promise<WeightView> {
-    const hit = this.linears.get(base);
-    if (hit) return hit;
-    const parts = resolveLinear(this.entries, base, [rows, cols]);
-    if (parts.rows !== rows || parts.cols !== cols) {
-      throw new UserError(`${parts.data.file}: tensor ${parts.data.name} is [${parts.rows}, ${parts.cols}], expected [${rows}, ${cols}]`);
+  private async acquirePiece(p: Piece): Promise<Uint8Array> {
+    if (p.seq >= this.plan.pinnedPieces) return this.ring.acquire(p);
+    let e = this.pinned.get(p.seq);
+    if (!e) {
+      const buf = new Uint8Array(p.bytes);
+      e = { buf, ready: this.readPiece(p, buf) };
+      this.pinned.set(p.seq, e);
     }
-    const view: WeightView = {
+    const t0 = performance.now();
+    await e.ready;
+    this.stats.ioWaitMs += performance.now() - t0;
+    return e.buf;
+  }
+
+  private releasePiece(p: Piece): void {
+    if (p.seq >= this.plan.pinnedPieces) this.ring.release(p);
+  }
+
+  /** A trunk matrix, checked against [rows, cols]. */
+  mat(base: string, rows: number, cols: number): Mat {
+    const m = this.layout.matrices.get(base);
+    if (!m) throw new UserError(`missing tensor ${base}.weight in the checkpoint`);
+    if (m.rows !== rows || m.cols !== cols) throw new UserError(`tensor ${base} is [${m.rows}, ${m.cols}], expected [${rows}, ${cols}]`);
+    const acquire = (p: Piece) => this.acquirePiece(p);
+    const release = (p: Piece) => this.releasePiece(p);
+    return {
       name: base,
-      format: parts.format,
       rows,
       cols,
-      data: await this.bytes(parts.data),
-      ...(parts.scale ? { scale: await this.bytes(parts.scale), scaleDtype: parts.scaleDtype } : {}),
+      format: m.format,
+      async parts(fn) {
+        for (const p of m.pieces) {
+          const buf = await acquire(p);
+          try {
+            fn(pieceView(p, buf, base), p.r0);
+          } finally {
+            release(p);
+          }
+        }
+      },
+      async whole(fn) {
+        if (m.pieces.length !== 1) throw new Error(`${base}: whole() on a matrix split into ${m.pieces.length} pieces`);
+        const p = m.pieces[0]!;
+        const buf = await acquire(p);
+        try {
+          return fn(pieceView(p, buf, base));
+        } finally {
+          release(p);
+        }
+      },
     };
-    this.linears.set(base, view);
-    return view;
   }
 
   /**
    * A small tensor (norm weight, bias, A_log, conv taps) as f32 values, checked to hold `count`
    * elements (or at least `count` when `atLeast`, for K3's A_log padded to head_dim).
    */
-  async vector(name: string, count: number, atLeast = false): Promise<Float32Array> {
-    const hit = this.vectors.get(name);
-    if (hit) return hit;
-    const e = this.entry(name);
+  vector(name: string, count: number, atLeast = false): Promise<Float32Array> {
+    let v = this.smalls.get(name);
+    if (!v) {
+      v = this.readSmall(name, count, atLeast);
+      this.smalls.set(name, v);
+    }
+    return v;
+  }
+
+  private async readSmall(name: string, count: number, atLeast: boolean): Promise<Float32Array> {
+    const e = this.layout.smalls.get(name);
+    if (!e) throw new UserError(`missing tensor ${name} in the checkpoint`);
     const n = e.shape.reduce((a, b) => a * b, 1);
     if (atLeast ? n < count : n !== count) throw new UserError(`${e.file}: tensor ${name} has ${n} elements (shape ${JSON.stringify(e.shape)}), expected ${count}`);
-    const b = await this.bytes(e);
+    const b = new Uint8Array(e.nbytes);
+    await this.reader.read(e.file, e.offset, b);
+    this.stats.smallBytesRead += e.nbytes;
     const out = new Float32Array(n);
     const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
     switch (e.dtype) {
@@ -132,18 +225,111 @@ export class WeightStore {
       default:
         throw new UserError(`${e.file}: tensor ${name} has dtype ${e.dtype}, expected F32, BF16 or F16`);
     }
-    this.vectors.set(name, out);
     return out;
   }
 
-  /** Total bytes of the tensors under a name prefix (for reports). */
-  bytesUnder(prefix: string): number {
-    let s = 0;
-    for (const [n, e] of this.entries) if (n.startsWith(prefix)) s += e.nbytes;
+  /** Embedding rows of `ids` as f32 [ids.length, D], read on demand (not kept resident). */
+  async embedRows(ids: number[]): Promise<Float32Array> {
+    const E = this.layout.embed;
+    const D = E.cols;
+    const rowBytes = E.data.nbytes / E.rows;
+    const out = new Float32Array(ids.length * D);
+    const bufs = ids.map(() => new Uint8Array(rowBytes));
+    await Promise.all(ids.map((id, i) => this.reader.read(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
+    ids.forEach((_, i) => {
+      decodeRow({ name: 'embed', format: E.format, rows: 1, cols: D, data: bufs[i]! }, 0, out.subarray(i * D, (i + 1) * D));
+    });
+    this.stats.embedBytesRead += ids.length * rowBytes;
+    return out;
+  }
+
+  /** Where each part (gate, up, down; data then scale) of an expert goes inside its slot. */
+  private slotLayout(parts: ExpertPart[]): { coalesced: Range | null; offsets: number[] } {
+    const ranges = parts.flatMap((p) => (p.scale ? [p.data, p.scale] : [p.data]));
+    const file = ranges[0]!.file;
+    const lo = Math.min(...ranges.map((r) => r.offset));
+    const hi = Math.max(...ranges.map((r) => r.offset + r.length));
+    if (ranges.every((r) => r.file === file) && hi - lo === this.layout.expertBytes) {
+      // One contiguous run per expert (K3 ships them so): one read, parts at their file offsets.
+      return { coalesced: { file, offset: lo, length: hi - lo }, offsets: ranges.map((r) => r.offset - lo) };
+    }
+    let o = 0;
+    return { coalesced: null, offsets: ranges.map((r) => ((o += r.length), o - r.length)) };
+  }
+
+  private async readExpert(l: number, e: number, slot: Uint8Array): Promise<void> {
+    const parts = this.layout.experts(l, e);
+    const { coalesced, offsets } = this.slotLayout(parts);
+    if (coalesced) await this.readRange(coalesced, slot.subarray(0, coalesced.length));
+    else {
+      const ranges = parts.flatMap((p) => (p.scale ? [p.data, p.scale] : [p.data]));
+      await Promise.all(ranges.map((r, i) => this.readRange(r, slot.subarray(offsets[i]!, offsets[i]! + r.length))));
+    }
+    this.stats.expertBytesRead += this.layout.expertBytes;
+  }
+
+  private expertWeights(l: number, e: number, slot: Uint8Array): MlpWeights {
+    const parts = this.layout.experts(l, e);
+    const { offsets } = this.slotLayout(parts);
+    let k = 0;
+    const mats = parts.map((p) => {
+      const dataOff = offsets[k++]!;
+      const view = pieceView({ ...p, scale: null }, slot.subarray(dataOff, dataOff + p.data.length), `expert ${l}.${e}.${p.mat}`);
+      if (p.scale) {
+        const so = offsets[k++]!;
+        view.scale = slot.subarray(so, so + p.scale.length);
+        view.scaleDtype = p.scaleDtype;
+      }
+      return residentMat(view);
+    });
+    return { gate: mats[0]!, up: mats[1]!, down: mats[2]! };
+  }
+
+  private slot(i: number): Uint8Array {
+    let s = this.slots[i];
+    if (!s) {
+      s = new Uint8Array(this.layout.expertBytes);
+      this.slots[i] = s;
+    }
     return s;
   }
 
-  close(): void {
+  /**
+   * Lend the routed experts `ids` of layer l to `use`, in batches that fit the cache: each batch's
+   * missing experts are read at once, in parallel. Which experts are computed, and on what, never
+   * depends on the cache; only which reads happen does.
+   */
+  async experts(l: number, ids: number[], use: (expert: number, w: MlpWeights) => Promise<void>): Promise<void> {
+    const batch = Math.max(1, this.plan.expertSlots);
+    for (let i = 0; i < ids.length; i += batch) {
+      const part = ids.slice(i, i + batch);
+      const missing = this.cache.step(l, part);
+      this.stats.expertMisses += missing.length;
+      this.stats.expertHits += part.length - missing.length;
+      const t0 = performance.now();
+      await Promise.all(
+        missing.map(async (e) => {
+          const si = this.freeSlots.pop() ?? this.slots.length;
+          const buf = this.slot(si);
+          await this.readExpert(l, e, buf);
+          if (!this.cache.put(l, e, si)) this.freeSlots.push(si);
+        }),
+      );
+      this.stats.ioWaitMs += performance.now() - t0;
+      for (const e of part) {
+        const si = this.cache.get(l, e);
+        if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
+        await use(e, this.expertWeights(l, e, this.slot(si)));
+      }
+    }
+  }
+
+  get ringStats() {
+    return this.ring.stats;
+  }
+
+  async close(): Promise<void> {
+    await this.ring.drain();
     this.reader.close();
   }
 }

@@ -1,0 +1,192 @@
+// Where every weight byte of a checkpoint is, in the units the store moves them:
+// - trunk pieces: each non-expert matrix split into row blocks of at most `maxPiece` bytes, in
+//   the order the forward pass uses them (the streaming ring reads ahead in this order);
+// - small tensors (norms, biases, conv taps, A_log): always resident, read once;
+// - routed experts: gate/up/down (data + scales) per (layer, expert), read whole into a cache slot;
+// - the embedding: rows read on demand.
+// Pure bookkeeping: no bytes are read here.
+
+import type { ModelConfig } from '../checkpoint/config.js';
+import { resolveLinear, type LinearParts } from '../checkpoint/linear.js';
+import type { TensorEntry } from '../checkpoint/safetensors.js';
+import type { WeightFormat, WeightView } from '../kernels/types.js';
+import { expertLayout, expertNames, modelPrefix, trunkOrder } from '../model/weights.js';
+import { UserError } from '../util/errors.js';
+
+export interface Range {
+  file: string;
+  offset: number;
+  length: number;
+}
+
+/** A row block [r0, r1) of one matrix: its data bytes, then its scale bytes, read into one buffer. */
+export interface Piece {
+  /** Position in the trunk sequence. */
+  seq: number;
+  base: string;
+  format: WeightFormat;
+  scaleDtype?: 'F32' | 'BF16' | 'F16';
+  rows: number;
+  cols: number;
+  r0: number;
+  r1: number;
+  data: Range;
+  scale: Range | null;
+  bytes: number;
+}
+
+export interface TrunkMatrixLayout {
+  base: string;
+  rows: number;
+  cols: number;
+  format: WeightFormat;
+  whole: boolean;
+  pieces: Piece[];
+}
+
+export interface ExpertPart {
+  mat: 0 | 1 | 2; // gate, up, down
+  format: WeightFormat;
+  scaleDtype?: 'F32' | 'BF16' | 'F16';
+  rows: number;
+  cols: number;
+  data: Range;
+  scale: Range | null;
+}
+
+export interface Layout {
+  matrices: Map<string, TrunkMatrixLayout>;
+  sequence: Piece[];
+  trunkBytes: number;
+  maxPieceBytes: number;
+  /** Names and byte sizes of the small always-resident tensors. */
+  smalls: Map<string, TensorEntry>;
+  smallBytes: number;
+  embed: LinearParts;
+  /** Bytes of one expert (all experts are the same size), 0 for a model without MoE. */
+  expertBytes: number;
+  experts: (layer: number, expert: number) => ExpertPart[];
+  moeLayers: number;
+}
+
+export const DEFAULT_MAX_PIECE = 32 * 2 ** 20;
+
+function rowBytes(p: LinearParts): { data: number; scale: number } {
+  return { data: p.data.nbytes / p.rows, scale: p.scale && p.format !== 'fp8' ? p.scale.nbytes / p.rows : 0 };
+}
+
+function sliceRange(e: TensorEntry, off: number, len: number): Range {
+  return { file: e.file, offset: e.offset + off, length: len };
+}
+
+/** Row block [r0, r1) of a linear's parts as byte ranges. */
+export function rowBlock(p: LinearParts, r0: number, r1: number): { data: Range; scale: Range | null } {
+  const rb = rowBytes(p);
+  const data = sliceRange(p.data, r0 * rb.data, (r1 - r0) * rb.data);
+  let scale: Range | null = null;
+  if (p.scale) {
+    if (p.format === 'fp8') {
+      const sRow = p.scale.nbytes / Math.ceil(p.rows / 128);
+      scale = sliceRange(p.scale, (r0 / 128) * sRow, (Math.ceil(r1 / 128) - r0 / 128) * sRow);
+    } else {
+      scale = sliceRange(p.scale, r0 * rb.scale, (r1 - r0) * rb.scale);
+    }
+  }
+  return { data, scale };
+}
+
+/**
+ * @param partial skip trunk matrices and experts the checkpoint lacks (block-level test
+ *   fixtures hold one layer); using one then fails. Real checkpoints are checked in full.
+ */
+export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxPiece = DEFAULT_MAX_PIECE, partial = false): Layout {
+  const matrices = new Map<string, TrunkMatrixLayout>();
+  const sequence: Piece[] = [];
+  const used = new Set<string>();
+  let trunkBytes = 0;
+  let maxPieceBytes = 0;
+  const markUsed = (p: LinearParts) => {
+    used.add(p.data.name);
+    if (p.scale) used.add(p.scale.name);
+    const ws = entries.get(`${p.base}.weight_shape`);
+    if (ws) used.add(ws.name);
+  };
+  for (const m of trunkOrder(cfg)) {
+    if (partial && !entries.has(`${m.base}.weight`) && !entries.has(`${m.base}.weight_packed`)) continue;
+    const p = resolveLinear(entries, m.base, [m.rows, m.cols]);
+    if (p.rows !== m.rows || p.cols !== m.cols) throw new UserError(`${p.data.file}: tensor ${p.data.name} is [${p.rows}, ${p.cols}], expected [${m.rows}, ${m.cols}]`);
+    markUsed(p);
+    const rb = rowBytes(p);
+    const perRow = rb.data + rb.scale;
+    let step = m.whole ? m.rows : Math.max(1, Math.floor(maxPiece / perRow));
+    if (p.format === 'fp8' && step < m.rows) step = Math.max(128, step - (step % 128));
+    const pieces: Piece[] = [];
+    for (let r0 = 0; r0 < m.rows; r0 += step) {
+      const r1 = Math.min(m.rows, r0 + step);
+      const { data, scale } = rowBlock(p, r0, r1);
+      const piece: Piece = { seq: sequence.length, base: m.base, format: p.format, scaleDtype: p.scaleDtype, rows: m.rows, cols: m.cols, r0, r1, data, scale, bytes: data.length + (scale?.length ?? 0) };
+      pieces.push(piece);
+      sequence.push(piece);
+      trunkBytes += piece.bytes;
+      maxPieceBytes = Math.max(maxPieceBytes, piece.bytes);
+    }
+    matrices.set(m.base, { base: m.base, rows: m.rows, cols: m.cols, format: p.format, whole: m.whole, pieces });
+  }
+
+  const embedName = `${modelPrefix(cfg)}embed_tokens`;
+  const embed = partial && !entries.has(`${embedName}.weight`)
+    ? ({ base: embedName, format: 'bf16', rows: cfg.vocabSize, cols: cfg.hiddenSize, data: { name: `${embedName}.weight`, file: '', dtype: 'BF16', shape: [cfg.vocabSize, cfg.hiddenSize], offset: 0, nbytes: 0 } } as LinearParts)
+    : resolveLinear(entries, `${embedName}`, [cfg.vocabSize, cfg.hiddenSize]);
+  markUsed(embed);
+
+  let expertBytes = 0;
+  const moeLayers = cfg.layers.filter((L) => L.ffn === 'moe').length;
+  const el = expertLayout(cfg);
+  const expertParts = (layer: number, expert: number): ExpertPart[] => {
+    const names = el.names(layer, expert);
+    return names.map((base, i) => {
+      const shape = i === 2 ? el.downShape : el.gateShape;
+      const p = resolveLinear(entries, base, shape);
+      if (p.rows !== shape[0] || p.cols !== shape[1]) throw new UserError(`${p.data.file}: tensor ${p.data.name} is [${p.rows}, ${p.cols}], expected ${JSON.stringify(shape)}`);
+      const { data, scale } = rowBlock(p, 0, p.rows);
+      return { mat: i as 0 | 1 | 2, format: p.format, scaleDtype: p.scaleDtype, rows: p.rows, cols: p.cols, data, scale };
+    });
+  };
+  // Mark every expert tensor as used, and check that all experts have the same size.
+  cfg.layers.forEach((L, l) => {
+    if (L.ffn !== 'moe') return;
+    for (let e = 0; e < cfg.moe.experts; e++) {
+      if (partial && !expertNames(cfg, l, e).every((b) => entries.has(`${b}.weight`) || entries.has(`${b}.weight_packed`))) continue;
+      const parts = expertParts(l, e);
+      const b = parts.reduce((s, q) => s + q.data.length + (q.scale?.length ?? 0), 0);
+      if (expertBytes === 0) expertBytes = b;
+      else if (b !== expertBytes) throw new UserError(`expert ${e} of layer ${l} is ${b} bytes, others ${expertBytes}`);
+      for (const base of el.names(l, e)) for (const suf of ['.weight', '.weight_packed', '.weight_scale', '.weight_scale_inv', '.weight_shape']) used.add(base + suf);
+    }
+  });
+
+  // Everything else under the decoder's prefix is a small always-resident tensor.
+  const smalls = new Map<string, TensorEntry>();
+  let smallBytes = 0;
+  for (const [name, e] of entries) {
+    if (used.has(name) || !name.startsWith(cfg.prefix) || name.includes('vision_tower') || name.includes('mm_projector')) continue;
+    if (cfg.prefix === '' && (name.startsWith('language_model.') || name.startsWith('vision_tower.'))) continue;
+    const layer = /\.layers\.(\d+)\./.exec(name);
+    if (layer && Number(layer[1]) >= cfg.numLayers) continue; // e.g. DeepSeek-V3's MTP layer 61
+    smalls.set(name, e);
+    smallBytes += e.nbytes;
+  }
+  return { matrices, sequence, trunkBytes, maxPieceBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+}
+
+/** A WeightView over a piece's buffer (data bytes, then scale bytes). */
+export function pieceView(p: Piece | ExpertPart, buf: Uint8Array, name: string): WeightView {
+  const dataLen = p.data.length;
+  const rows = 'r0' in p ? p.r1 - p.r0 : p.rows;
+  const v: WeightView = { name, format: p.format, rows, cols: p.cols, data: buf.subarray(0, dataLen) };
+  if (p.scale) {
+    v.scale = buf.subarray(dataLen, dataLen + p.scale.length);
+    v.scaleDtype = p.scaleDtype;
+  }
+  return v;
+}

@@ -1,0 +1,51 @@
+// A borrowed weight matrix. The model never holds weight bytes: it asks a Mat to show itself,
+// either as row blocks in order (for y = W x, the blocks may be streamed from disk one at a time)
+// or whole (for matrices read by row, like MLA's kv_b). A view is valid only inside the callback;
+// after it returns the store may reuse the memory.
+
+import type { WeightFormat, WeightView } from '../kernels/types.js';
+
+export interface Mat {
+  readonly name: string;
+  readonly rows: number;
+  readonly cols: number;
+  readonly format: WeightFormat;
+  /** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order. */
+  parts(fn: (view: WeightView, r0: number) => void): Promise<void>;
+  /** The whole matrix as one view. */
+  whole<R>(fn: (view: WeightView) => R): Promise<R>;
+}
+
+/** A Mat over a view that is already in memory (tests, resident stores). */
+export function residentMat(view: WeightView): Mat {
+  return {
+    name: view.name,
+    rows: view.rows,
+    cols: view.cols,
+    format: view.format,
+    async parts(fn) {
+      fn(view, 0);
+    },
+    async whole(fn) {
+      return fn(view);
+    },
+  };
+}
+
+/** Rows [r0, r1) of a view as a view of its own (r0 a multiple of 128 for fp8 block scales). */
+export function rowSlice(v: WeightView, r0: number, r1: number): WeightView {
+  if (r0 === 0 && r1 === v.rows) return v;
+  const rowBytes = v.data.byteLength / v.rows;
+  const out: WeightView = { ...v, name: `${v.name}[${r0}:${r1}]`, rows: r1 - r0, data: v.data.subarray(r0 * rowBytes, r1 * rowBytes) };
+  if (v.scale) {
+    if (v.format === 'fp8') {
+      if (r0 % 128 !== 0) throw new Error(`rowSlice: fp8 slice must start at a multiple of 128 rows (${r0})`);
+      const sRow = (v.scale.byteLength / Math.ceil(v.rows / 128));
+      out.scale = v.scale.subarray((r0 / 128) * sRow, Math.ceil(r1 / 128) * sRow);
+    } else {
+      const sRow = v.scale.byteLength / v.rows;
+      out.scale = v.scale.subarray(r0 * sRow, r1 * sRow);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,199 @@
+// The memory plan: a pure function of (config, layout, budget, context length, chunk size) that
+// says where every byte goes. The runtime allocates exactly these arenas, so the plan can be
+// tested without running a model.
+//
+// Order of use for memory above the floor (most bytes saved per byte spent first):
+//   1. expert slots up to one layer's top-k (a layer's missing experts are read in parallel),
+//   2. pinned trunk, in forward order (every trunk byte is read once per token when streamed;
+//      an expert slot saves a read only when the router picks that expert again),
+//   3. more expert slots, up to every expert.
+// When the whole trunk is pinned, the streaming ring is not needed.
+
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import type { ModelConfig } from '../checkpoint/config.js';
+import { stateSize } from '../model/census.js';
+import { UserError } from '../util/errors.js';
+import type { Layout } from './layout.js';
+
+const MiB = 2 ** 20;
+const GiB = 2 ** 30;
+
+/** What Node itself, the engine's code and the V8 heap take before any weight (measured ~60 MiB). */
+export const BASELINE_BYTES = 112 * MiB;
+
+export interface Plan {
+  budgetBytes: number;
+  floorBytes: number;
+  /** Bytes the plan uses (<= budget; less when the model is smaller than the budget). */
+  totalBytes: number;
+  baselineBytes: number;
+  smallBytes: number;
+  kdaStateBytes: number;
+  mlaCacheBytes: number;
+  ctx: number;
+  scratchBytes: number;
+  ringBytes: number;
+  pinnedBytes: number;
+  pinnedPieces: number;
+  streamedBytes: number;
+  trunkBytes: number;
+  expertBytes: number;
+  expertSlots: number;
+  expertCacheBytes: number;
+  expertsTotal: number;
+  embedRowBytes: number;
+  maxPieceBytes: number;
+}
+
+/** Activation scratch for a chunk: the widest arrays a block keeps alive at once, doubled for GC slack. */
+export function scratchBytes(cfg: ModelConfig, chunk: number): number {
+  const D = cfg.hiddenSize;
+  const P = cfg.kda ? cfg.kda.heads * cfg.kda.headDim : 0;
+  const m = cfg.mla;
+  const mlaW = m.heads * (m.nopeDim + m.ropeDim) + m.heads * m.vDim * 2 + (m.qLoraRank ?? 0);
+  const moeW = (cfg.moe.latentDim ?? D) * (cfg.moe.topK + 2) + cfg.moe.intermediate * cfg.moe.shared * 3 + cfg.moe.experts;
+  const perToken = 3 * cfg.intermediateSize + 10 * P + mlaW + moeW + 14 * D + cfg.vocabSize;
+  return 2 * 4 * (chunk * perToken + cfg.vocabSize) + 16 * MiB;
+}
+
+export function makePlan(cfg: ModelConfig, layout: Layout, budget: number, ctx: number, chunk: number): Plan {
+  const s = stateSize(cfg);
+  const mlaCacheBytes = s.perPositionBytes * ctx;
+  const scratch = scratchBytes(cfg, chunk);
+  const expertsTotal = layout.moeLayers * cfg.moe.experts;
+  const fixed = BASELINE_BYTES + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch;
+  const minRing = 3 * layout.maxPieceBytes;
+  const minSlots = expertsTotal > 0 ? 1 : 0;
+  const floor = fixed + minRing + minSlots * layout.expertBytes;
+
+  const plan: Plan = {
+    budgetBytes: budget,
+    floorBytes: floor,
+    totalBytes: 0,
+    baselineBytes: BASELINE_BYTES,
+    smallBytes: layout.smallBytes,
+    kdaStateBytes: s.perSequenceBytes,
+    mlaCacheBytes,
+    ctx,
+    scratchBytes: scratch,
+    ringBytes: minRing,
+    pinnedBytes: 0,
+    pinnedPieces: 0,
+    streamedBytes: layout.trunkBytes,
+    trunkBytes: layout.trunkBytes,
+    expertBytes: layout.expertBytes,
+    expertSlots: minSlots,
+    expertCacheBytes: 0,
+    expertsTotal,
+    embedRowBytes: layout.embed.data.nbytes / cfg.vocabSize,
+    maxPieceBytes: layout.maxPieceBytes,
+  };
+  if (budget >= floor) {
+    let left = budget - floor;
+    // 1. a layer's worth of expert slots.
+    const toTopK = Math.min(Math.max(0, Math.min(cfg.moe.topK, expertsTotal) - plan.expertSlots), Math.floor(left / Math.max(1, layout.expertBytes)));
+    if (layout.expertBytes > 0) {
+      plan.expertSlots += toTopK;
+      left -= toTopK * layout.expertBytes;
+    }
+    // 2. pinned trunk, in forward order; the ring goes when everything is pinned.
+    let pinned = 0;
+    let count = 0;
+    const seq = layout.sequence;
+    for (let i = 0; i < seq.length; i++) {
+      const last = i === seq.length - 1;
+      const avail = left + (last ? minRing : 0); // pinning the last piece frees the ring
+      if (seq[i]!.bytes > avail) break;
+      left = avail - seq[i]!.bytes;
+      pinned += seq[i]!.bytes;
+      count++;
+      if (last) plan.ringBytes = 0;
+    }
+    plan.pinnedBytes = pinned;
+    plan.pinnedPieces = count;
+    plan.streamedBytes = layout.trunkBytes - pinned;
+    // 3. the rest of the experts.
+    if (layout.expertBytes > 0) {
+      const more = Math.min(expertsTotal - plan.expertSlots, Math.floor(left / layout.expertBytes));
+      plan.expertSlots += more;
+      left -= more * layout.expertBytes;
+    }
+  }
+  plan.expertCacheBytes = plan.expertSlots * layout.expertBytes;
+  plan.totalBytes = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
+  return plan;
+}
+
+/** The plan with every weight resident: the size `--preset max` asks for. */
+export function maxBudget(cfg: ModelConfig, layout: Layout, ctx: number, chunk: number): number {
+  const p = makePlan(cfg, layout, 0, ctx, chunk);
+  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes;
+}
+
+export const PRESETS = ['laptop', 'desktop', 'workstation', 'server', 'max', 'auto'] as const;
+export type Preset = (typeof PRESETS)[number];
+const PRESET_BYTES: Record<Exclude<Preset, 'max' | 'auto'>, number> = {
+  laptop: 8 * GiB,
+  desktop: 32 * GiB,
+  workstation: 128 * GiB,
+  server: 512 * GiB,
+};
+
+/** "2G", "512M", "1.5GiB", "8GB", "123456" -> bytes. K/M/G/T are powers of 1024 (GB etc. are powers of 1000). */
+export function parseSize(s: string, what = '--memory'): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB]?)\s*$/.exec(s);
+  if (!m) throw new UserError(`${what}: ${JSON.stringify(s)} is not a size (e.g. 2G, 512M, 8GB, or a byte count)`);
+  const n = Number(m[1]);
+  const unit = m[2]!.toUpperCase();
+  const decimal = m[3] === 'B' || m[3] === 'b';
+  const pow = { '': 0, K: 1, M: 2, G: 3, T: 4 }[unit]!;
+  const bytes = Math.floor(n * (decimal && pow > 0 ? 1000 : 1024) ** pow);
+  if (bytes <= 0) throw new UserError(`${what}: size must be positive`);
+  return bytes;
+}
+
+/** Memory this process may use: MemAvailable, capped by the cgroup's memory.max when set. */
+export function autoBudget(): number {
+  let avail = os.freemem();
+  try {
+    const mi = fs.readFileSync('/proc/meminfo', 'utf8');
+    const m = /MemAvailable:\s+(\d+) kB/.exec(mi);
+    if (m) avail = Number(m[1]) * 1024;
+  } catch {
+    /* not Linux */
+  }
+  for (const f of ['/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes']) {
+    try {
+      const v = fs.readFileSync(f, 'utf8').trim();
+      if (/^\d+$/.test(v)) avail = Math.min(avail, Number(v));
+    } catch {
+      /* no cgroup limit */
+    }
+  }
+  return Math.floor(avail * 0.9);
+}
+
+/** Budget bytes from --memory and --preset (default: auto). */
+export function resolveBudget(memory: string | undefined, preset: string | undefined, maxBytes: () => number): number {
+  if (memory !== undefined && preset !== undefined) throw new UserError('give either --memory or --preset, not both');
+  if (memory !== undefined) return parseSize(memory);
+  const p = (preset ?? 'auto') as Preset;
+  if (!PRESETS.includes(p)) throw new UserError(`--preset must be one of ${PRESETS.join(', ')}`);
+  if (p === 'max') return maxBytes();
+  if (p === 'auto') return autoBudget();
+  return PRESET_BYTES[p];
+}
+
+export function formatBytes(n: number): string {
+  if (n >= GiB) return `${(n / GiB).toFixed(2)} GiB`;
+  if (n >= MiB) return `${(n / MiB).toFixed(1)} MiB`;
+  return `${(n / 1024).toFixed(1)} KiB`;
+}
+
+/** Refuse a budget below the floor, naming the smallest one that works. */
+export function checkFloor(plan: Plan): void {
+  if (plan.budgetBytes < plan.floorBytes) {
+    throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)} is below this model's floor: the smallest budget that works is ${plan.floorBytes} bytes (${formatBytes(plan.floorBytes)}; --memory ${Math.ceil(plan.floorBytes / MiB)}M)`);
+  }
+}
