@@ -8,18 +8,30 @@ import { UserError } from '../util/errors.js';
 import { parseIntFlag } from './args.js';
 
 export const MODEL_OPTIONS = {
+  memory: { type: 'string' },
+  preset: { type: 'string' },
+  ctx: { type: 'string' },
   chunk: { type: 'string' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
 } as const;
 
 export const MODEL_HELP = `model options:
+  --memory SIZE                    ceiling on the process's memory, e.g. 2G, 512M, 8GB or bytes;
+                                   weights that do not fit are streamed from disk (same output)
+  --preset laptop|desktop|workstation|server|max|auto
+                                   8 GiB, 32 GiB, 128 GiB, 512 GiB, everything resident, or 90% of
+                                   available memory (cgroup limit included; the default)
+  --ctx N                          context length the attention cache is planned for (default 4096)
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
                                    or the config's rms_norm_eps (vLLM, llama.cpp)
   --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
 
 export interface ModelFlags {
+  memory?: string;
+  preset?: string;
+  ctx?: string;
   chunk?: string;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
@@ -32,7 +44,8 @@ export function openModel(cmd: string, dir: string, flags: ModelFlags): { model:
   if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError(`${cmd}: --mla-latent-eps must be reference or config`);
   const overrides: ConfigOverrides = { mlaLatentNormEps: eps ?? 'reference', kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false };
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
-  return { model: Model.open(dir, { overrides }), chunk };
+  const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
+  return { model: Model.open(dir, { overrides, chunk, ctx, budget: { memory: flags.memory, preset: flags.preset } }), chunk };
 }
 
 /** Write a file so that it appears only complete: a temporary name, then rename. */

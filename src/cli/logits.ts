@@ -22,7 +22,7 @@ ${MODEL_HELP}`,
       const logits = await model.forward(model.newState(), ids, 'all', chunk);
       writeFileAtomic(values.out, encodeNpyF32(logits, [ids.length, model.config.vocabSize]));
     } finally {
-      model.close();
+      await model.close();
     }
     return 0;
   },

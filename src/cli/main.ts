@@ -17,6 +17,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   run: () => import('./run.js'),
   logits: () => import('./logits.js'),
   info: () => import('./info.js'),
+  plan: () => import('./plan.js'),
   synth: () => import('./synth.js'),
   tokenize: () => import('./tokenize.js'),
   detokenize: () => import('./detokenize.js'),

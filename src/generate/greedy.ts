@@ -1,7 +1,9 @@
-// Greedy decoding: argmax of the logits, the first maximum winning ties (K3.md §10).
+// Generation loop: prefill the prompt, then one forward call per new token. Greedy decoding is
+// argmax with the first maximum winning ties (K3.md §10); other samplers plug in as `pick`.
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
+import type { RunRecorder } from './report.js';
 
 export function argmax(logits: Float32Array, offset = 0, n = logits.length - offset): number {
   let best = 0;
@@ -16,6 +18,15 @@ export function argmax(logits: Float32Array, offset = 0, n = logits.length - off
   return best;
 }
 
+export interface GenerateOptions {
+  chunk?: number;
+  /** Choose the next id from the logits of the last position (default: argmax). */
+  pick?: (logits: Float32Array, generated: readonly number[]) => number;
+  /** Sees each id as it is chosen; return true to stop after it. */
+  onToken?: (id: number) => boolean | void;
+  recorder?: RunRecorder;
+}
+
 export interface GreedyResult {
   generated: number[];
   prefillSeconds: number;
@@ -23,25 +34,24 @@ export interface GreedyResult {
   stepSeconds: number[];
 }
 
-/**
- * Prefill `prompt`, then generate `n` tokens greedily, one forward call per token.
- * `onToken` sees each id as it is chosen.
- */
-export async function greedy(model: Model, state: SequenceState, prompt: number[], n: number, opts: { chunk?: number; onToken?: (id: number) => void } = {}): Promise<GreedyResult> {
+/** Prefill `prompt`, then generate up to `n` tokens. */
+export async function greedy(model: Model, state: SequenceState, prompt: number[], n: number, opts: GenerateOptions = {}): Promise<GreedyResult> {
   const V = model.config.vocabSize;
+  const pick = opts.pick ?? ((l: Float32Array) => argmax(l, 0, V));
   const t0 = performance.now();
   let logits = await model.forward(state, prompt, 'last', opts.chunk);
   const prefillSeconds = (performance.now() - t0) / 1000;
+  opts.recorder?.prefillDone(prompt.length);
   const generated: number[] = [];
   const stepSeconds: number[] = [];
   for (let i = 0; i < n; i++) {
-    const id = argmax(logits, 0, V);
+    const id = pick(logits, generated);
     generated.push(id);
-    opts.onToken?.(id);
-    if (i === n - 1) break;
+    if (opts.onToken?.(id) === true || i === n - 1) break;
     const s = performance.now();
     logits = await model.forward(state, [id], 'last');
     stepSeconds.push((performance.now() - s) / 1000);
+    opts.recorder?.step(id);
   }
   return { generated, prefillSeconds, stepSeconds };
 }

@@ -18,7 +18,7 @@ import { ReadError, UserError } from '../util/errors.js';
 import { CyclePolicy, ExpertCache } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';
 import { residentMat, type Mat } from './mat.js';
-import { checkFloor, makePlan, type Plan } from './plan.js';
+import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan } from './plan.js';
 import { Ring } from './ring.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
@@ -77,8 +77,8 @@ export interface StoreStats {
 }
 
 export interface StoreOptions {
-  /** Memory budget in bytes (default: everything resident). */
-  budget?: number;
+  /** Memory budget: bytes, or a size string / preset resolved against this model (default: everything resident). */
+  budget?: number | { memory?: string; preset?: string };
   /** Context length the MLA cache is planned for. */
   ctx?: number;
   chunk?: number;
@@ -121,7 +121,11 @@ export class WeightStore {
     const cfg = loadConfig(dir, opts.overrides);
     const entries = indexCheckpointDir(dir);
     const layout = buildLayout(cfg, entries, opts.maxPiece);
-    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), opts.budget ?? Number.MAX_SAFE_INTEGER, opts.ctx ?? 4096, opts.chunk ?? 64);
+    const ctx = opts.ctx ?? 4096;
+    const chunk = opts.chunk ?? 64;
+    const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
+    const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, ctx, chunk));
+    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), budget, ctx, chunk);
   }
 
   private async readRange(r: Range, into: Uint8Array): Promise<void> {
@@ -137,7 +141,12 @@ export class WeightStore {
   }
 
   private async acquirePiece(p: Piece): Promise<Uint8Array> {
-    if (p.seq >= this.plan.pinnedPieces) return this.ring.acquire(p);
+    if (p.seq >= this.plan.pinnedPieces) {
+      const t0 = performance.now();
+      const buf = await this.ring.acquire(p);
+      this.stats.ioWaitMs += performance.now() - t0;
+      return buf;
+    }
     let e = this.pinned.get(p.seq);
     if (!e) {
       const buf = new Uint8Array(p.bytes);

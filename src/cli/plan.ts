@@ -1,0 +1,66 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { Command } from './main.js';
+import { parse, parseIntFlag } from './args.js';
+import { loadConfig } from '../checkpoint/config.js';
+import { indexCheckpointDir } from '../checkpoint/safetensors.js';
+import { buildLayout } from '../store/layout.js';
+import { formatBytes, makePlan, maxBudget, resolveBudget } from '../store/plan.js';
+import { virtualEntries } from '../store/virtual.js';
+import { UserError } from '../util/errors.js';
+
+export const command: Command = {
+  summary: 'where every byte of a memory budget goes, and the smallest budget that works',
+  help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [--ctx N] [--chunk N] [--json]
+
+MODEL is a checkpoint directory, or a directory / path holding only config.json (the official
+dtypes are assumed: BF16 trunk, MXFP4 routed experts for K3). Prints the plan for the budget:
+always-resident pieces, pinned trunk, streaming ring, expert cache slots, KDA state, MLA cache
+for N positions, scratch, and the floor. --json gives at least floor_bytes and budget_bytes.
+Exits 2 when the budget is below the floor.`,
+  async run(args) {
+    const { values, positionals } = parse('plan', args, { memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string' }, chunk: { type: 'string' }, json: { type: 'boolean' } }, 1);
+    const target = positionals[0]!;
+    if (!fs.existsSync(target)) throw new UserError(`plan: ${target} does not exist`);
+    const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
+    const cfg = loadConfig(cfgPath);
+    const dir = path.dirname(cfgPath);
+    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors'));
+    const entries = hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg);
+    const layout = buildLayout(cfg, entries);
+    const ctx = parseIntFlag('plan', 'ctx', values.ctx, 4096, 1);
+    const chunk = parseIntFlag('plan', 'chunk', values.chunk, 64, 1);
+    const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, ctx, chunk));
+    const p = makePlan(cfg, layout, budget, ctx, chunk);
+    const ok = budget >= p.floorBytes;
+    if (values.json) {
+      console.log(JSON.stringify({
+        budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, ctx, chunk),
+        baseline_bytes: p.baselineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
+        scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
+        max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
+        embedding_row_bytes: p.embedRowBytes, from_config_only: !hasWeights,
+      }));
+    } else {
+      const row = (k: string, v: number, note = '') => `  ${k.padEnd(28)} ${formatBytes(v).padStart(12)}  ${note}`;
+      console.log([
+        `plan for ${cfg.arch} (${cfg.numLayers} layers)${hasWeights ? '' : ' from config.json only (BF16 trunk, MXFP4 experts assumed)'}`,
+        row('budget', p.budgetBytes),
+        row('floor', p.floorBytes, 'the smallest budget that works'),
+        row('node + code baseline', p.baselineBytes),
+        row('resident small tensors', p.smallBytes, 'norms, biases, conv taps'),
+        row('KDA state', p.kdaStateBytes, 'per sequence, f32'),
+        row('MLA latent cache', p.mlaCacheBytes, `${ctx} positions`),
+        row('scratch', p.scratchBytes, `activations for chunks of ${chunk}`),
+        row('pinned trunk', p.pinnedBytes, `${p.pinnedPieces} of ${layout.sequence.length} pieces`),
+        row('streaming ring', p.ringBytes, p.ringBytes ? `3+ x largest piece (${formatBytes(p.maxPieceBytes)})` : 'not needed: trunk fully pinned'),
+        row('streamed trunk per token', p.streamedBytes),
+        row('expert cache', p.expertCacheBytes, `${p.expertSlots} of ${p.expertsTotal} experts of ${formatBytes(p.expertBytes)}`),
+        row('total planned', p.totalBytes),
+        row('embedding', p.embedRowBytes, 'per token, read on demand'),
+      ].join('\n'));
+    }
+    if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);
+    return 0;
+  },
+};
