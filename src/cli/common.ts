@@ -4,6 +4,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
+import { FaultyReader } from '../store/fault.js';
+import { FsReader } from '../store/store.js';
 import { UserError } from '../util/errors.js';
 import { parseIntFlag } from './args.js';
 
@@ -45,7 +47,9 @@ export function openModel(cmd: string, dir: string, flags: ModelFlags): { model:
   const overrides: ConfigOverrides = { mlaLatentNormEps: eps ?? 'reference', kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false };
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
-  return { model: Model.open(dir, { overrides, chunk, ctx, budget: { memory: flags.memory, preset: flags.preset } }), chunk };
+  const fault = process.env.K3_FAULT_AFTER_READS;
+  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined;
+  return { model: Model.open(dir, { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } }), chunk };
 }
 
 /** Write a file so that it appears only complete: a temporary name, then rename. */

@@ -118,14 +118,14 @@ export class WeightStore {
 
   /** Open a checkpoint directory with a memory budget (default: everything resident). */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): WeightStore {
-    const cfg = loadConfig(dir, opts.overrides);
-    const entries = indexCheckpointDir(dir);
-    const layout = buildLayout(cfg, entries, opts.maxPiece);
-    const ctx = opts.ctx ?? 4096;
-    const chunk = opts.chunk ?? 64;
-    const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
-    const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, ctx, chunk));
+    const { cfg, entries, layout, budget, ctx, chunk } = prepare(dir, opts);
     return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), budget, ctx, chunk);
+  }
+
+  /** The plan `open` would make, without refusing a budget below the floor or opening files. */
+  static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
+    const { cfg, layout, budget, ctx, chunk } = prepare(dir, opts);
+    return makePlan(cfg, layout, budget, ctx, chunk);
   }
 
   private async readRange(r: Range, into: Uint8Array): Promise<void> {
@@ -341,4 +341,15 @@ export class WeightStore {
     await this.ring.drain();
     this.reader.close();
   }
+}
+
+function prepare(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides }) {
+  const cfg = loadConfig(dir, opts.overrides);
+  const entries = indexCheckpointDir(dir);
+  const layout = buildLayout(cfg, entries, opts.maxPiece);
+  const ctx = opts.ctx ?? 4096;
+  const chunk = opts.chunk ?? 64;
+  const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
+  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, ctx, chunk));
+  return { cfg, entries, layout, budget, ctx, chunk };
 }
