@@ -70,3 +70,26 @@ test('refusals name the field', () => {
     assert.throws(() => parseConfig(c, 'config.json'), (e: Error) => e.name === 'UserError' && msg.test(e.message), what);
   }
 });
+
+test('a K3 checkpoint written by k3 synth loads, and k3 info reports the 1-based full_attn_layers rule', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const os = await import('node:os');
+  const { CLI } = await import('./helpers.js');
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-synth-info-'));
+  const dir = path.join(out, 'm');
+  const w = spawnSync(process.execPath, [CLI, 'synth', '--arch', 'k3', '--out', dir, '--layers', '13', '--shards', '2'], { encoding: 'utf8' });
+  assert.equal(w.status, 0, w.stderr);
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+  const full = cfg.text_config.linear_attn_config.full_attn_layers as number[];
+  const r = spawnSync(process.execPath, [CLI, 'info', dir, '--json'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const info = JSON.parse(r.stdout);
+  assert.deepEqual(info.mla_layers, full.map((l) => l - 1));
+  assert.deepEqual(info.layer_map.length, 13);
+  assert.equal(info.layer_map[0], 'KDA+dense');
+  for (let l = 0; l < 13; l++) assert.equal(info.layer_map[l].startsWith('MLA'), full.includes(l + 1), `layer ${l}`);
+  const g = spawnSync(process.execPath, [CLI, 'run', dir, '--ids', '1,2,3', '--gen', '2', '--json'], { encoding: 'utf8' });
+  assert.equal(g.status, 0, g.stderr);
+  assert.equal(JSON.parse(g.stdout).generated_ids.length, 2);
+  fs.rmSync(out, { recursive: true, force: true });
+});

@@ -4,6 +4,10 @@
 
 import { UserError } from '../util/errors.js';
 
+// Expert and piece reads go to libuv's thread pool; the default 4 threads is too few for a layer's
+// 16 parallel expert reads. Must be set before the first asynchronous file operation.
+process.env.UV_THREADPOOL_SIZE ??= '16';
+
 export interface Command {
   /** One line for `k3 --help`. */
   summary: string;

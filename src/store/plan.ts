@@ -153,7 +153,37 @@ export function parseSize(s: string, what = '--memory'): number {
   return bytes;
 }
 
-/** Memory this process may use: MemAvailable, capped by the cgroup's memory.max when set. */
+/** The memory limit of this process's cgroup (v2 memory.max, or v1 memory.limit_in_bytes), if any. */
+export function cgroupLimit(): number | null {
+  let limit: number | null = null;
+  const take = (file: string) => {
+    try {
+      const v = fs.readFileSync(file, 'utf8').trim();
+      if (/^\d+$/.test(v) && Number(v) < 2 ** 60) limit = Math.min(limit ?? Infinity, Number(v));
+    } catch {
+      /* not there */
+    }
+  };
+  let cg = '';
+  try {
+    cg = fs.readFileSync('/proc/self/cgroup', 'utf8');
+  } catch {
+    return null;
+  }
+  for (const line of cg.split('\n')) {
+    const [, ctrl, p] = line.split(':');
+    if (p === undefined) continue;
+    if (ctrl === '') take(`/sys/fs/cgroup${p}/memory.max`);
+    if (ctrl!.split(',').includes('memory')) {
+      take(`/sys/fs/cgroup/memory${p}/memory.limit_in_bytes`);
+      take('/sys/fs/cgroup/memory/memory.limit_in_bytes');
+    }
+  }
+  take('/sys/fs/cgroup/memory.max');
+  return limit;
+}
+
+/** Memory this process may use: MemAvailable, capped by the cgroup's limit when set; 90% of that. */
 export function autoBudget(): number {
   let avail = os.freemem();
   try {
@@ -163,14 +193,8 @@ export function autoBudget(): number {
   } catch {
     /* not Linux */
   }
-  for (const f of ['/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes']) {
-    try {
-      const v = fs.readFileSync(f, 'utf8').trim();
-      if (/^\d+$/.test(v)) avail = Math.min(avail, Number(v));
-    } catch {
-      /* no cgroup limit */
-    }
-  }
+  const cg = cgroupLimit();
+  if (cg !== null) avail = Math.min(avail, cg);
   return Math.floor(avail * 0.9);
 }
 
