@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DTYPE_BYTES, isDType, type DType } from './dtypes.js';
 import { ReadError, UserError } from '../util/errors.js';
+import { MANIFEST_NAME, readPackedDir } from '../store/pack.js';
 
 /** Where one tensor's bytes are: absolute offset inside `file`. */
 export interface TensorEntry {
@@ -100,8 +101,12 @@ function checkNoOverlap(file: string, entries: TensorEntry[], dataStart: number)
   }
 }
 
-/** The set of safetensors files of a checkpoint directory, merged into one name -> entry map. */
+/**
+ * The set of safetensors files of a checkpoint directory, merged into one name -> entry map; for a
+ * directory written by `k3 pack` (it holds packed.json), the entries point into the packed files.
+ */
 export function indexCheckpointDir(dir: string): Map<string, TensorEntry> {
+  if (fs.existsSync(path.join(dir, MANIFEST_NAME))) return readPackedDir(dir);
   const indexFile = path.join(dir, 'model.safetensors.index.json');
   const single = path.join(dir, 'model.safetensors');
   const map = new Map<string, TensorEntry>();

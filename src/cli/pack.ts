@@ -1,10 +1,129 @@
+// `k3 pack MODEL OUT`: re-lay a checkpoint out for streaming (src/store/pack.ts has the format);
+// `k3 pack --verify OUT`: recompute every record's checksum.
+
 import type { Command } from './main.js';
+import { parse } from './args.js';
+import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, verifyPack, type ExpertsMode } from '../store/pack.js';
+import { formatBytes, parseSize } from '../store/plan.js';
 import { UserError } from '../util/errors.js';
 
+const HELP = `usage: k3 pack MODEL OUT [--max-record SIZE] [--file-size SIZE] [--experts auto|in-place|pack] [--json]
+       k3 pack --verify OUT [--json]
+
+Lays a checkpoint's non-expert weights out for streaming: one contiguous, 4 KiB-aligned record
+per layer (its trunk matrices in forward order, then its norms and biases; every tensor 4 KiB-
+aligned), one for the embedding and one for the head, in OUT/trunk-NNNNN.bin, with a manifest
+OUT/packed.json (offsets, shapes, dtypes, a sha256 per record). config.json and the tokenizer
+files are copied. Routed experts stay in the source shards when each is one contiguous run there
+(K3); otherwise each becomes one 4 KiB-aligned record in OUT/experts-NNNNN.bin. Every command
+that takes MODEL (run, chat, logits, info, plan) accepts OUT instead.
+
+OUT appears only when complete (written as OUT.tmp-<pid>, then renamed). Rerunning on a finished
+OUT with the same source, config and options does nothing; an OUT holding anything else is refused.
+
+options:
+  --max-record SIZE     split a layer's record at tensor boundaries above this size
+                        (default ${formatBytes(DEFAULT_MAX_RECORD)}; e.g. 256M, 1G, or bytes)
+  --file-size SIZE      start a new data file above this size (default ${formatBytes(DEFAULT_FILE_SIZE)})
+  --experts MODE        auto (default): leave experts in place when contiguous, else pack them;
+                        in-place: refuse unless they can stay; pack: always pack one record each
+  --verify              recompute the checksums of OUT's records; exit 2 naming any that differ
+  --json                print the result as JSON`;
+
+function fmtTime(s: number): string {
+  if (!Number.isFinite(s)) return '?';
+  if (s >= 3600) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+  if (s >= 60) return `${Math.floor(s / 60)}m${String(Math.floor(s % 60)).padStart(2, '0')}s`;
+  return `${s.toFixed(0)}s`;
+}
+
+/** A one-line progress bar on stderr, redrawn with \r at most every 200 ms; silent unless stderr is a TTY. */
+export function progressLine(label: string, stream: NodeJS.WriteStream = process.stderr): { update(done: number, total: number): void; end(): void } {
+  const tty = stream.isTTY === true;
+  const t0 = performance.now();
+  let last = -Infinity;
+  let shown = false;
+  return {
+    update(done, total) {
+      if (!tty) return;
+      const now = performance.now();
+      if (done < total && now - last < 200) return;
+      last = now;
+      const s = (now - t0) / 1000;
+      const rate = done / Math.max(s, 1e-3);
+      const frac = total > 0 ? done / total : 1;
+      const width = 24;
+      const fill = Math.round(frac * width);
+      const eta = rate > 0 ? (total - done) / rate : Infinity;
+      const line = `${label} [${'#'.repeat(fill)}${'.'.repeat(width - fill)}] ${(100 * frac).toFixed(0).padStart(3)}%  ${formatBytes(done)} / ${formatBytes(total)}  ${formatBytes(rate)}/s  ETA ${fmtTime(eta)}`;
+      stream.write(`\r${line}\x1b[K`);
+      shown = true;
+    },
+    end() {
+      if (shown) stream.write('\n');
+    },
+  };
+}
+
 export const command: Command = {
-  summary: '(not yet implemented)',
-  help: 'k3 pack: not yet implemented',
-  async run(): Promise<number> {
-    throw new UserError('pack: not yet implemented');
+  summary: 'lay the weights out for streaming: a 4 KiB-aligned record per layer, a manifest with checksums',
+  help: HELP,
+  async run(args: string[]): Promise<number> {
+    const { values, positionals } = parse('pack', args, {
+      'max-record': { type: 'string' },
+      'file-size': { type: 'string' },
+      experts: { type: 'string' },
+      verify: { type: 'boolean' },
+      json: { type: 'boolean' },
+    });
+    if (values.verify) {
+      if (positionals.length !== 1) throw new UserError('pack: --verify takes one argument, the packed directory (k3 pack --help)');
+      const dir = positionals[0]!;
+      const bar = progressLine('verify');
+      const r = await verifyPack(dir, { onProgress: bar.update });
+      bar.end();
+      const ok = r.mismatches.length === 0 && r.problems.length === 0;
+      if (values.json) {
+        console.log(JSON.stringify({ dir: r.dir, ok, records: r.records, bytes: r.bytes, seconds: r.seconds, mismatches: r.mismatches, problems: r.problems }));
+      } else {
+        console.log(`pack --verify: ${r.records} records, ${formatBytes(r.bytes)} in ${r.seconds.toFixed(2)} s (${formatBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s): ${ok ? 'all checksums match' : `${r.mismatches.length} record(s) differ`}`);
+      }
+      if (!ok) {
+        const list = [...r.mismatches.map((x) => `record ${x.record} (${x.file} at ${x.offset}, ${x.length} bytes)`), ...r.problems];
+        throw new UserError(`pack --verify: ${dir}: ${list.slice(0, 10).join('; ')}${list.length > 10 ? `; and ${list.length - 10} more` : ''}`);
+      }
+      return 0;
+    }
+    if (positionals.length !== 2) throw new UserError('pack: expected MODEL and OUT (k3 pack --help)');
+    const [model, out] = positionals as [string, string];
+    const experts = values.experts ?? 'auto';
+    if (!['auto', 'in-place', 'pack'].includes(experts)) throw new UserError(`pack: --experts must be auto, in-place or pack, got ${JSON.stringify(experts)}`);
+    const bar = progressLine('pack');
+    const r = await packCheckpoint({
+      model,
+      out,
+      maxRecord: values['max-record'] !== undefined ? parseSize(values['max-record'], '--max-record') : undefined,
+      fileSize: values['file-size'] !== undefined ? parseSize(values['file-size'], '--file-size') : undefined,
+      experts: experts as ExpertsMode,
+      onProgress: bar.update,
+      handleSignals: true,
+    });
+    bar.end();
+    const m = r.manifest;
+    const exRecords = m.records.filter((x) => x.kind === 'expert').length;
+    if (values.json) {
+      console.log(JSON.stringify({
+        out: r.out, skipped: r.skipped, source: m.source, records: m.records.length, trunk_records: m.records.length - exRecords, expert_records: exRecords,
+        files: m.files.map((f) => f.name), bytes: r.bytes, total_bytes: m.total_bytes, experts_in_place: m.experts_in_place, dropped: m.dropped.length, seconds: r.seconds,
+      }));
+    } else if (r.skipped) {
+      console.log(`pack: ${r.out} already holds this pack of ${m.source} (same config and options); nothing to do`);
+    } else {
+      const ex = m.experts === null ? 'no routed experts' : m.experts_in_place ? `${Object.keys(m.experts.at).length} experts left in place in ${m.source}` : `${exRecords} experts packed one record each`;
+      console.log(
+        `pack: wrote ${r.out}: ${m.records.length - exRecords} trunk records, ${ex}; ${m.files.length} data file(s), ${formatBytes(r.bytes)} copied in ${r.seconds.toFixed(2)} s (${formatBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s)${m.dropped.length ? `; ${m.dropped.length} tensors the engine does not use left out` : ''}`,
+      );
+    }
+    return 0;
   },
 };
