@@ -25,7 +25,7 @@ Exits 2 when the budget is below the floor.`,
     const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
     const cfg = loadConfig(cfgPath);
     const dir = path.dirname(cfgPath);
-    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors'));
+    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
     const entries = hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg);
     const layout = buildLayout(cfg, entries);
     const ctx = parseIntFlag('plan', 'ctx', values.ctx, 4096, 1);
