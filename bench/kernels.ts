@@ -1,0 +1,145 @@
+// Kernel throughput, side by side: the TypeScript reference, WebAssembly SIMD on 1 thread
+// (relaxed SIMD on and off) and on 2 threads. GMAC/s = multiply-adds per second; GB/s = weight
+// bytes per second (each call reads the weights once, whatever T).
+//
+//   node dist/bench/kernels.js [--ms 400] [--threads 2] [--no-ref] [--json]
+
+import * as ref from '../src/kernels/ref.js';
+import { weightBytes, type WeightView, type WeightFormat } from '../src/kernels/types.js';
+import { createKernels, type Kernels } from '../src/kernels/fast.js';
+import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+
+const args = process.argv.slice(2);
+const opt = (name: string, def: number): number => {
+  const i = args.indexOf(name);
+  return i >= 0 ? Number(args[i + 1]) : def;
+};
+const MS = opt('--ms', 400);
+const THREADS = opt('--threads', 2);
+const NO_REF = args.includes('--no-ref');
+const JSON_OUT = args.includes('--json');
+
+let seed = 12345;
+const rnd = (): number => {
+  seed = (seed * 1103515245 + 12345) >>> 0;
+  return seed / 2 ** 32;
+};
+
+function weight(format: WeightFormat, rows: number, cols: number): WeightView {
+  const n = rows * cols;
+  let data: Uint8Array, scale: Uint8Array | undefined;
+  switch (format) {
+    case 'f32': data = new Uint8Array(new Float32Array(n).map(() => rnd() - 0.5).buffer); break;
+    case 'bf16': case 'f16':
+      data = new Uint8Array(new Uint16Array(n).map(() => (format === 'bf16' ? f32ToBf16((rnd() - 0.5) * 0.1) : 0x2000 | Math.floor(rnd() * 0x1000) | (rnd() < 0.5 ? 0x8000 : 0))).buffer);
+      break;
+    case 'fp8':
+      data = new Uint8Array(n).map(() => Math.floor(rnd() * 0x7e) | (rnd() < 0.5 ? 0x80 : 0));
+      scale = new Uint8Array(new Float32Array(Math.ceil(rows / 128) * Math.ceil(cols / 128)).fill(1e-3).buffer);
+      break;
+    case 'int4':
+      data = new Uint8Array(rows * Math.ceil(cols / 8) * 4).map(() => Math.floor(rnd() * 256));
+      scale = new Uint8Array(new Uint16Array(rows * Math.ceil(cols / 32)).fill(f32ToBf16(0.01)).buffer);
+      break;
+    case 'mxfp4':
+      data = new Uint8Array(n / 2).map(() => Math.floor(rnd() * 256));
+      scale = new Uint8Array(n / 32).map(() => 118 + Math.floor(rnd() * 7));
+      break;
+  }
+  return { name: format, format, rows, cols, data, scale, scaleDtype: format === 'int4' ? 'BF16' : scale ? 'F32' : undefined };
+}
+
+/** Seconds per call, timing repeated calls for about MS milliseconds after a warm-up. */
+function time(fn: () => void, ms = MS): number {
+  fn();
+  let n = 0;
+  const t0 = performance.now();
+  let t1 = t0;
+  while (t1 - t0 < ms) {
+    fn();
+    n++;
+    t1 = performance.now();
+  }
+  return (t1 - t0) / 1000 / n;
+}
+
+interface Row {
+  kernel: string;
+  shape: string;
+  T: number;
+  ref?: number;
+  wasm1: number;
+  wasm1Strict: number;
+  wasmN: number;
+  gbps1: number;
+  gbpsN: number;
+}
+
+async function main(): Promise<void> {
+  const k1 = await createKernels({ threads: 1, memoryBytes: 256 << 20 });
+  const k1s = await createKernels({ threads: 1, memoryBytes: 256 << 20, relaxed: false });
+  const kN = await createKernels({ threads: THREADS, memoryBytes: 256 << 20 });
+  const cases: [WeightFormat, number, number, number][] = [
+    ['bf16', 2048, 2048, 1], ['bf16', 2048, 2048, 8],
+    ['mxfp4', 768, 1024, 1], ['mxfp4', 768, 1024, 8], ['mxfp4', 1024, 768, 1], ['mxfp4', 1024, 768, 8],
+    ['f32', 1024, 1024, 1], ['f16', 1024, 1024, 1], ['int4', 1024, 1024, 1], ['int4', 1024, 1024, 8],
+    ['fp8', 1024, 1024, 1], ['fp8', 1024, 1024, 8],
+  ];
+  const rows: Row[] = [];
+  const place = (k: Kernels, w: WeightView, T: number) => {
+    const wk = k.upload(w);
+    const x = k.allocF32(T * w.cols).map(() => rnd() * 2 - 1);
+    const y = k.allocF32(T * w.rows);
+    return () => k.matmul(wk, x, T, y);
+  };
+  for (const [format, r, c, T] of cases) {
+    const w = weight(format, r, c);
+    const macs = r * c * T;
+    const s1 = time(place(k1, w, T));
+    const s1s = time(place(k1s, w, T));
+    const sN = time(place(kN, w, T));
+    let sRef: number | undefined;
+    if (!NO_REF) {
+      const x = new Float32Array(T * c).map(() => rnd() * 2 - 1), y = new Float32Array(T * r);
+      sRef = time(() => ref.matmul(w, x, T, y), Math.min(MS, 300));
+    }
+    const g = (s: number) => macs / s / 1e9;
+    rows.push({
+      kernel: `matmul ${format}`, shape: `${r}x${c}`, T,
+      ref: sRef && g(sRef), wasm1: g(s1), wasm1Strict: g(s1s), wasmN: g(sN),
+      gbps1: weightBytes(w) / s1 / 1e9, gbpsN: weightBytes(w) / sN / 1e9,
+    });
+    if (!JSON_OUT) print(rows[rows.length - 1]!, rows.length === 1);
+  }
+  // absorbed attention: matvecT over a block of rows (single thread)
+  for (const [format, r, c] of [['bf16', 128, 512], ['mxfp4', 128, 512]] as [WeightFormat, number, number][]) {
+    const w = weight(format, r, c);
+    const x = new Float32Array(r).map(() => rnd());
+    const y = new Float32Array(c);
+    const macs = r * c;
+    const wk1 = k1.upload(w), wk1s = k1s.upload(w);
+    const s1 = time(() => k1.matvecT(wk1, 0, r, x, 0, y));
+    const s1s = time(() => k1s.matvecT(wk1s, 0, r, x, 0, y));
+    const sRef = NO_REF ? undefined : time(() => ref.matvecT(w, 0, r, x, 0, y), Math.min(MS, 300));
+    const row: Row = {
+      kernel: `matvecT ${format}`, shape: `${r}x${c}`, T: 1, ref: sRef && macs / sRef / 1e9,
+      wasm1: macs / s1 / 1e9, wasm1Strict: macs / s1s / 1e9, wasmN: macs / s1 / 1e9,
+      gbps1: weightBytes(w) / s1 / 1e9, gbpsN: weightBytes(w) / s1 / 1e9,
+    };
+    rows.push(row);
+    if (!JSON_OUT) print(row, false);
+  }
+  if (JSON_OUT) console.log(JSON.stringify({ threads: THREADS, relaxed: k1.relaxed, rows }, null, 1));
+  await Promise.all([k1.close(), k1s.close(), kN.close()]);
+}
+
+function print(r: Row, header: boolean): void {
+  const f = (x: number | undefined, w = 7) => (x === undefined ? '-' : x.toFixed(2)).padStart(w);
+  if (header) {
+    console.log(`GMAC/s (GB/s of weights); wasm = WebAssembly SIMD, relaxed unless 'strict'; ${THREADS}t = ${THREADS} threads`);
+    console.log(`${'kernel'.padEnd(16)} ${'shape'.padEnd(10)} ${'T'.padStart(2)} ${'ref'.padStart(7)} ${'wasm 1t'.padStart(7)} ${'strict'.padStart(7)} ${`wasm ${THREADS}t`.padStart(7)} ${'GB/s 1t'.padStart(7)} ${`GB/s ${THREADS}t`.padStart(7)} ${'1t/ref'.padStart(7)} ${`${THREADS}t/1t`.padStart(6)}`);
+  }
+  console.log(`${r.kernel.padEnd(16)} ${r.shape.padEnd(10)} ${String(r.T).padStart(2)} ${f(r.ref)} ${f(r.wasm1)} ${f(r.wasm1Strict)} ${f(r.wasmN)} ${f(r.gbps1)} ${f(r.gbpsN)} ${f(r.ref && r.wasm1 / r.ref)} ${f(r.wasmN / r.wasm1, 6)}`);
+}
+
+await main();

@@ -1,0 +1,327 @@
+// Fast kernels: WebAssembly SIMD on a shared memory, rows split over a worker pool. Results are
+// byte-identical to ref.ts for any thread count, any T, any row range, relaxed SIMD on or off.
+//
+//   const k = await createKernels({ threads: 2 });
+//   const r = k.alloc(bytes);            // weight bytes placed here are used in place (zero copy)
+//   k.matmul(w, x, T, y);                // y[t, r] = W[r, :] . x[t, :]
+//   await k.close();
+//
+// Memory: one shared WebAssembly.Memory per Kernels (Node 20: at most 4 GiB each). It holds the
+// pool's control block and constant tables, one scratch area per thread, then a bump arena:
+// alloc() hands out regions, mark()/release() free them in stack order. Budgets above 4 GiB use
+// several Kernels (one memory and one set of workers each).
+//
+// Zero copy: a WeightView whose `data` (and `scale`) are views into this memory (e.g. bytes read
+// straight into `alloc(n).u8`) is used in place; any other weight is copied into the arena for
+// the duration of the call (correct, but it costs a copy per call: use upload() or alloc()).
+// Activations and outputs may be anywhere; those inside the memory avoid a copy.
+
+import * as os from 'node:os';
+import type { WeightView, WeightFormat } from './types.js';
+import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
+import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, type Fmt } from './wasm/kernels.js';
+import { Pool, writeMatmulOp, maxOps, type MatmulOpWords } from './pool.js';
+
+const PAGE = 65536;
+// Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the
+// kernels compute (base + length) below 2^32, where i32 arithmetic would wrap.
+const MAX_PAGES = 65535;
+
+export interface KernelsOptions {
+  /** Threads in all, the calling thread included. Default: os.availableParallelism(). */
+  threads?: number;
+  /** Bytes of memory committed at start; the arena grows on demand. Default 64 MiB. */
+  memoryBytes?: number;
+  /** Declared maximum of the shared memory, at most 4 GiB - 64 KiB (the default). */
+  maxMemoryBytes?: number;
+  /** Use relaxed SIMD where it cannot change results (table lookups). Default true if available. */
+  relaxed?: boolean;
+  /** Widest matrix (columns) the per-thread scratch must hold. Default 32768. */
+  maxCols?: number;
+  /** Multiply-adds per extra thread below which a call stays on the calling thread. Default 2^17. */
+  minWorkPerThread?: number;
+  /** Spin before sleeping, microseconds: workers waiting for work, the caller waiting for workers. */
+  spinMicros?: { worker: number; main: number };
+}
+
+/** A region of kernel memory. */
+export interface Region {
+  /** Byte offset in the memory (what the kernels address). */
+  offset: number;
+  bytes: number;
+  u8: Uint8Array;
+}
+
+/** One independent product of a batch: y[t, r] = W[r, :] . x[t, :] for t < T, r in [r0, r1). */
+export interface MatmulOp {
+  w: WeightView;
+  x: Float32Array;
+  T: number;
+  y: Float32Array;
+  r0?: number;
+  r1?: number;
+}
+
+const FMT_CODE: Record<WeightFormat, number> = Object.fromEntries(FMTS.map((f, i) => [f, i])) as Record<WeightFormat, number>;
+const SDT: Record<string, number> = { F32: 0, BF16: 1, F16: 2 };
+const SBYTES = [4, 2, 2];
+const align = (n: number, a: number): number => Math.ceil(n / a) * a;
+
+interface Resolved {
+  fmt: Fmt;
+  w: number;
+  s: number;
+  sdt: number;
+  rows: number;
+  cols: number;
+}
+
+export class Kernels {
+  private top: number;
+  private readonly buffers = new WeakSet<ArrayBufferLike>();
+  private readonly ctrl: Int32Array;
+  private readonly maxOps: number;
+
+  private constructor(
+    readonly memory: WebAssembly.Memory,
+    private readonly ex: KernelExports,
+    private readonly pool: Pool,
+    readonly relaxed: boolean,
+    readonly maxCols: number,
+    private readonly scratch: number[],
+    arenaStart: number,
+    private readonly minWork: number,
+  ) {
+    this.top = arenaStart;
+    this.buffers.add(memory.buffer);
+    this.ctrl = pool.ctrl;
+    this.maxOps = maxOps(CTRL_BYTES);
+  }
+
+  static async create(opts: KernelsOptions = {}): Promise<Kernels> {
+    const threads = Math.max(1, Math.floor(opts.threads ?? os.availableParallelism()));
+    const maxCols = align(Math.max(16, opts.maxCols ?? 32768), 16);
+    const relaxed = (opts.relaxed ?? true) && relaxedSimdAvailable();
+    const scratchBytes = 2 * align(maxCols * 4, 64) + 256;
+    const arenaStart = align(CONST_END + threads * scratchBytes, PAGE);
+    const maxPages = Math.min(MAX_PAGES, Math.ceil((opts.maxMemoryBytes ?? MAX_PAGES * PAGE) / PAGE));
+    const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));
+    if (initialPages * PAGE < arenaStart + PAGE) throw new RangeError('kernel memory too small for the scratch areas');
+    const memory = new WebAssembly.Memory({ initial: initialPages, maximum: maxPages, shared: true });
+    const compiled = kernelModule({ relaxed });
+    initConstants(memory, compiled);
+    const module = compiled.module;
+    const ex = instantiate(module, memory);
+    const scratch = Array.from({ length: threads }, (_, i) => CONST_END + i * scratchBytes);
+    const pool = await Pool.create(module, memory, ex, threads, scratch, opts.spinMicros);
+    return new Kernels(memory, ex, pool, relaxed, maxCols, scratch, arenaStart, opts.minWorkPerThread ?? 1 << 17);
+  }
+
+  /** Threads in all, the calling thread included. */
+  get threads(): number {
+    return this.pool.size;
+  }
+
+  // ---- memory -------------------------------------------------------------------------------
+
+  private get buffer(): ArrayBufferLike {
+    const b = this.memory.buffer;
+    this.buffers.add(b);
+    return b;
+  }
+
+  /** Allocate `bytes` (aligned to `align`, default 64) from the arena, zero-filled on first use only. */
+  alloc(bytes: number, alignment = 64): Region {
+    if (!(bytes >= 0) || !Number.isInteger(bytes)) throw new RangeError(`alloc: bad size ${bytes}`);
+    const offset = align(this.top, alignment);
+    const end = offset + bytes;
+    const have = this.memory.buffer.byteLength;
+    if (end > have) {
+      this.buffers.add(this.memory.buffer);
+      const need = Math.ceil((end - have) / PAGE);
+      try {
+        this.memory.grow(need);
+      } catch {
+        throw new RangeError(`kernel memory exhausted: need ${end} bytes, maximum ${(this.memory.buffer.byteLength / 2 ** 20).toFixed(0)} MiB reached`);
+      }
+    }
+    this.top = end;
+    return { offset, bytes, u8: new Uint8Array(this.buffer, offset, bytes) };
+  }
+
+  /** A Float32Array of n elements in kernel memory. */
+  allocF32(n: number): Float32Array {
+    const r = this.alloc(n * 4, 64);
+    return new Float32Array(this.buffer, r.offset, n);
+  }
+
+  /** Current arena top, for release(). */
+  mark(): number {
+    return this.top;
+  }
+
+  /** Free everything allocated since mark() returned m. */
+  release(m: number): void {
+    if (m > this.top) throw new RangeError('release: mark is above the arena top');
+    this.top = m;
+  }
+
+  /** Whether a view lies in this kernel memory (then it can be used in place). */
+  contains(a: ArrayBufferView): boolean {
+    return a.buffer === this.memory.buffer || this.buffers.has(a.buffer);
+  }
+
+  /** Copy a weight into the arena; the returned view is used in place by every call. */
+  upload(w: WeightView): WeightView {
+    const d = this.alloc(w.data.byteLength);
+    d.u8.set(w.data);
+    let scale: Uint8Array | undefined;
+    if (w.scale) {
+      const s = this.alloc(w.scale.byteLength);
+      s.u8.set(w.scale);
+      scale = s.u8;
+    }
+    return { ...w, data: d.u8, scale };
+  }
+
+  private copyIn(a: ArrayBufferView): number {
+    const r = this.alloc(a.byteLength);
+    r.u8.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+    return r.offset;
+  }
+
+  private resolve(w: WeightView): Resolved {
+    const { rows, cols, format } = w;
+    if (!(rows >= 0 && cols >= 0 && Number.isInteger(rows) && Number.isInteger(cols))) throw new RangeError(`${w.name}: bad shape`);
+    if (cols > this.maxCols) throw new RangeError(`${w.name}: ${cols} columns exceed maxCols ${this.maxCols} (createKernels option)`);
+    const fmt = format as Fmt;
+    if (!(format in FMT_CODE)) throw new TypeError(`${w.name}: unknown format ${format}`);
+    const sdt = SDT[w.scaleDtype ?? 'F32'];
+    if (sdt === undefined) throw new TypeError(`${w.name}: bad scale dtype ${w.scaleDtype}`);
+    let dataBytes: number, scaleBytes = 0;
+    switch (fmt) {
+      case 'f32': dataBytes = rows * cols * 4; break;
+      case 'bf16': case 'f16': dataBytes = rows * cols * 2; break;
+      case 'fp8':
+        dataBytes = rows * cols;
+        scaleBytes = Math.ceil(rows / 128) * Math.ceil(cols / 128) * SBYTES[sdt]!;
+        break;
+      case 'int4':
+        dataBytes = rows * Math.ceil(cols / 8) * 4;
+        scaleBytes = rows * Math.ceil(cols / 32) * SBYTES[sdt]!;
+        break;
+      case 'mxfp4':
+        if (cols % 32) throw new RangeError(`${w.name}: mxfp4 needs columns in multiples of 32, got ${cols}`);
+        dataBytes = (rows * cols) / 2;
+        scaleBytes = (rows * cols) / 32;
+        break;
+    }
+    if (w.data.byteLength < dataBytes) throw new RangeError(`${w.name}: ${w.data.byteLength} data bytes, need ${dataBytes}`);
+    if (scaleBytes && (!w.scale || w.scale.byteLength < scaleBytes)) throw new RangeError(`${w.name}: scale has ${w.scale?.byteLength ?? 0} bytes, need ${scaleBytes}`);
+    const d = this.contains(w.data) ? w.data.byteOffset : this.copyIn(w.data.subarray(0, dataBytes));
+    const s = !scaleBytes ? 0 : this.contains(w.scale!) ? w.scale!.byteOffset : this.copyIn(w.scale!.subarray(0, scaleBytes));
+    return { fmt, w: d, s, sdt, rows, cols };
+  }
+
+  /** x [T, cols] in the layout the format's kernel wants (permuted copy if needed). */
+  private prepX(x: Float32Array, T: number, cols: number, perm: 'id' | 'bf'): number {
+    const n = T * cols;
+    if (x.length < n) throw new RangeError(`activations: ${x.length} values, need ${n}`);
+    const inMem = this.contains(x);
+    if (perm === 'id') return inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
+    const src = inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
+    const dst = this.alloc(n * 4).offset;
+    this.ex.permx_bf!(src, dst, T, cols);
+    return dst;
+  }
+
+  private threadsFor(macs: number): number {
+    return Math.max(1, Math.min(this.pool.size, Math.floor(macs / this.minWork)));
+  }
+
+  // ---- kernels ------------------------------------------------------------------------------
+
+  /**
+   * y[t*rows + r] = dot(W[r, :], x[t*cols ..]) for t < T and r in [r0, r1), as ref.ts matmul.
+   * x is [T, cols], y is [T, rows]; other entries of y are left alone.
+   */
+  matmul(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
+    this.matmulBatch([{ w, x, T, y, r0, r1 }]);
+  }
+
+  /** Several independent products in one dispatch (no op may read another's output). */
+  matmulBatch(ops: readonly MatmulOp[]): void {
+    if (ops.length > this.maxOps) {
+      for (let i = 0; i < ops.length; i += this.maxOps) this.matmulBatch(ops.slice(i, i + this.maxOps));
+      return;
+    }
+    const m = this.mark();
+    try {
+      const xCache = new Map<Float32Array, Map<string, number>>();
+      const copies: { y: Float32Array; off: number; T: number; rows: number; r0: number; r1: number }[] = [];
+      let macs = 0;
+      ops.forEach((op, i) => {
+        const R = this.resolve(op.w);
+        const T = op.T, r0 = op.r0 ?? 0, r1 = op.r1 ?? R.rows;
+        if (!(Number.isInteger(T) && T >= 0)) throw new RangeError(`bad T ${T}`);
+        if (!(0 <= r0 && r0 <= r1 && r1 <= R.rows)) throw new RangeError(`bad row range [${r0}, ${r1}) of ${R.rows}`);
+        if (op.y.length < T * R.rows) throw new RangeError(`output: ${op.y.length} values, need ${T * R.rows}`);
+        const perm = MM_PERM[R.fmt];
+        let byPerm = xCache.get(op.x);
+        if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
+        const key = `${perm}:${R.cols}:${T}`;
+        let x = byPerm.get(key);
+        if (x === undefined) byPerm.set(key, (x = this.prepX(op.x, T, R.cols, perm)));
+        let y: number;
+        if (this.contains(op.y)) y = op.y.byteOffset;
+        else {
+          y = this.alloc(T * R.rows * 4).offset;
+          copies.push({ y: op.y, off: y, T, rows: R.rows, r0, r1 });
+        }
+        const words: MatmulOpWords = { fmt: FMT_CODE[R.fmt], w: R.w, s: R.s, sdt: R.sdt, rows: R.rows, cols: R.cols, x, T, y, r0, r1 };
+        writeMatmulOp(this.ctrl, i, words);
+        macs += (r1 - r0) * R.cols * T;
+      });
+      this.pool.run(ops.length, this.threadsFor(macs));
+      const buf = this.buffer;
+      for (const c of copies) {
+        const tmp = new Float32Array(buf, c.off, c.T * c.rows);
+        for (let t = 0; t < c.T; t++) c.y.set(tmp.subarray(t * c.rows + c.r0, t * c.rows + c.r1), t * c.rows + c.r0);
+      }
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /**
+   * y[c] = sum_{k<n} x[xo+k] * W[r0+k, c], k ascending, each step f32(y + f32(x*w)); y is [cols].
+   * As ref.ts matvecT. Runs on the calling thread.
+   */
+  matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
+    const m = this.mark();
+    try {
+      const R = this.resolve(w);
+      if (!(0 <= r0 && n >= 0 && r0 + n <= R.rows)) throw new RangeError(`bad rows [${r0}, ${r0 + n}) of ${R.rows}`);
+      if (xo < 0 || xo + n > x.length) throw new RangeError('matvecT: x too short');
+      if (y.length < R.cols) throw new RangeError('matvecT: y too short');
+      const xs = x.subarray(xo, xo + n);
+      const xoff = this.contains(xs) ? xs.byteOffset : this.copyIn(xs);
+      const inMem = this.contains(y);
+      const yoff = inMem ? y.byteOffset : this.alloc(R.cols * 4).offset;
+      this.ex[`mvT_${R.fmt}`]!(R.w, R.s, R.sdt, R.rows, R.cols, r0, n, xoff, yoff, this.scratch[0]!);
+      if (!inMem) y.set(new Float32Array(this.buffer, yoff, R.cols));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /** Stop the workers. The memory stays usable for reading. */
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}
+
+/** Create a kernel instance: its own shared memory, module instance and worker pool. */
+export function createKernels(opts: KernelsOptions = {}): Promise<Kernels> {
+  return Kernels.create(opts);
+}

@@ -1,0 +1,229 @@
+// Worker pool over one shared WebAssembly.Memory. Every thread (the main thread is thread 0)
+// runs the same kernel module on the same memory. A dispatch is a list of independent ops written
+// into the control block at the start of the memory; each op's rows [r0, r1) are split into
+// contiguous ranges, one per thread. Threads split rows, never a dot product, so the result is
+// the same bytes for any thread count.
+//
+// Signalling: control word SEQ is bumped (Atomics.add + notify) to start a dispatch; workers spin
+// on it for SPIN_US.worker, then sleep in Atomics.wait. Each worker adds 1 to DONE (and notifies)
+// when its share is done; the main thread, after its own share, spins then waits until DONE
+// reaches the worker count.
+
+import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
+import { instantiate, type KernelExports } from './wasm/loader.js';
+import { FMTS } from './wasm/kernels.js';
+
+// control block layout (i32 words from the start of the memory)
+const SEQ = 0;
+const DONE = 1;
+const NOPS = 2;
+const NTHREADS = 3;
+const QUIT = 4;
+const ERROR = 5;
+const OPS = 16; // first op word
+export const OP_WORDS = 16;
+
+/** Op kinds: mm_<fmt> for FMTS[kind]. */
+export const OP_MATMUL = 0;
+
+/** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
+export interface MatmulOpWords {
+  fmt: number;
+  w: number;
+  s: number;
+  sdt: number;
+  rows: number;
+  cols: number;
+  x: number;
+  T: number;
+  y: number;
+  r0: number;
+  r1: number;
+}
+
+/** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
+ *  the workers before sleeping. Spinning avoids a futex wake-up (tens of microseconds) between
+ *  the many small dispatches of a decode step, at the cost of a busy core meanwhile. */
+export const SPIN_US = { worker: 200, main: 1000 };
+
+/** Spin until ctrl[i] !== v or `us` microseconds pass; returns the last value read. */
+function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
+  let x = Atomics.load(ctrl, i);
+  if (x !== v) return x;
+  const end = performance.now() + us / 1000;
+  for (;;) {
+    for (let k = 0; k < 64; k++) {
+      x = Atomics.load(ctrl, i);
+      if (x !== v) return x;
+    }
+    if (performance.now() > end) return x;
+  }
+}
+
+/** The share of rows [r0, r1) of thread tid out of n. */
+export function share(r0: number, r1: number, tid: number, n: number): [number, number] {
+  const len = r1 - r0;
+  return [r0 + Math.floor((len * tid) / n), r0 + Math.floor((len * (tid + 1)) / n)];
+}
+
+/** Run this thread's share of the ops in the control block. */
+export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch: number): void {
+  const nops = ctrl[NOPS]!;
+  const nth = ctrl[NTHREADS]!;
+  if (tid >= nth) return;
+  const mm = FMTS.map((f) => ex[`mm_${f}`]!);
+  for (let i = 0; i < nops; i++) {
+    const o = OPS + i * OP_WORDS;
+    const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
+    if (a >= b) continue;
+    mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
+  }
+}
+
+export function writeMatmulOp(ctrl: Int32Array, i: number, op: MatmulOpWords): void {
+  const o = OPS + i * OP_WORDS;
+  ctrl[o] = OP_MATMUL;
+  ctrl[o + 1] = op.fmt;
+  ctrl[o + 2] = op.w | 0;
+  ctrl[o + 3] = op.s | 0;
+  ctrl[o + 4] = op.sdt;
+  ctrl[o + 5] = op.rows;
+  ctrl[o + 6] = op.cols;
+  ctrl[o + 7] = op.x | 0;
+  ctrl[o + 8] = op.T;
+  ctrl[o + 9] = op.y | 0;
+  ctrl[o + 10] = op.r0;
+  ctrl[o + 11] = op.r1;
+}
+
+export function maxOps(ctrlBytes: number): number {
+  return Math.floor((ctrlBytes / 4 - OPS) / OP_WORDS);
+}
+
+interface WorkerInit {
+  kimiKernelPool: true;
+  module: WebAssembly.Module;
+  memory: WebAssembly.Memory;
+  tid: number;
+  scratch: number;
+  spinUs: number;
+}
+
+export class Pool {
+  private closed = false;
+
+  private constructor(
+    readonly ctrl: Int32Array,
+    private readonly workers: Worker[],
+    private readonly ex: KernelExports,
+    private readonly mainScratch: number,
+    private readonly spinUs: number,
+  ) {}
+
+  /** Threads in all, the main thread included. */
+  get size(): number {
+    return this.workers.length + 1;
+  }
+
+  static async create(module: WebAssembly.Module, memory: WebAssembly.Memory, ex: KernelExports, threads: number, scratch: number[],
+    spin: { worker: number; main: number } = SPIN_US): Promise<Pool> {
+    const ctrl = new Int32Array(memory.buffer, 0, 64);
+    Atomics.store(ctrl, SEQ, 0);
+    Atomics.store(ctrl, QUIT, 0);
+    const workers: Worker[] = [];
+    const ready: Promise<void>[] = [];
+    for (let tid = 1; tid < threads; tid++) {
+      const init: WorkerInit = { kimiKernelPool: true, module, memory, tid, scratch: scratch[tid]!, spinUs: spin.worker };
+      const w = new Worker(new URL(import.meta.url), { workerData: init } as WorkerOptions);
+      ready.push(new Promise((resolve, reject) => {
+        w.once('message', () => resolve());
+        w.once('error', reject);
+        w.once('exit', (code) => reject(new Error(`kernel worker exited with code ${code}`)));
+      }));
+      workers.push(w);
+    }
+    await Promise.all(ready);
+    for (const w of workers) {
+      w.removeAllListeners('exit');
+      w.removeAllListeners('error');
+      w.on('error', () => {
+        /* reported through the ERROR word */
+      });
+      w.unref();
+    }
+    return new Pool(ctrl, workers, ex, scratch[0]!, spin.main);
+  }
+
+  /**
+   * Run the `nops` ops already written into the control block on `nth` threads (1 = main thread
+   * only, no workers woken). Synchronous: returns when every share is done.
+   */
+  run(nops: number, nth: number): void {
+    if (this.closed) throw new Error('kernel pool is closed');
+    const c = this.ctrl;
+    nth = Math.max(1, Math.min(nth, this.size));
+    c[NOPS] = nops;
+    c[NTHREADS] = nth;
+    if (nth === 1) {
+      runOps(this.ex, c, 0, this.mainScratch);
+      return;
+    }
+    Atomics.store(c, DONE, 0);
+    Atomics.store(c, ERROR, 0);
+    Atomics.add(c, SEQ, 1);
+    Atomics.notify(c, SEQ);
+    let err: unknown;
+    try {
+      runOps(this.ex, c, 0, this.mainScratch);
+    } catch (e) {
+      err = e;
+    }
+    const want = this.workers.length;
+    for (;;) {
+      let d = Atomics.load(c, DONE);
+      if (d >= want) break;
+      d = spinWhile(c, DONE, d, this.spinUs);
+      if (d >= want) break;
+      if (d === Atomics.load(c, DONE)) Atomics.wait(c, DONE, d, 100);
+    }
+    if (err) throw err;
+    if (Atomics.load(c, ERROR)) throw new Error('a kernel worker failed (out-of-bounds access?)');
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    Atomics.store(this.ctrl, QUIT, 1);
+    Atomics.add(this.ctrl, SEQ, 1);
+    Atomics.notify(this.ctrl, SEQ);
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+function workerMain(init: WorkerInit): void {
+  const ex = instantiate(init.module, init.memory);
+  const ctrl = new Int32Array(init.memory.buffer, 0, 64);
+  let seq = Atomics.load(ctrl, SEQ);
+  parentPort?.postMessage('ready');
+  for (;;) {
+    let s = spinWhile(ctrl, SEQ, seq, init.spinUs);
+    while (s === seq) {
+      Atomics.wait(ctrl, SEQ, seq);
+      s = Atomics.load(ctrl, SEQ);
+    }
+    seq = s;
+    if (Atomics.load(ctrl, QUIT)) return;
+    try {
+      runOps(ex, ctrl, init.tid, init.scratch);
+    } catch {
+      Atomics.store(ctrl, ERROR, 1);
+    }
+    Atomics.add(ctrl, DONE, 1);
+    Atomics.notify(ctrl, DONE);
+  }
+}
+
+if (!isMainThread && (workerData as WorkerInit | undefined)?.kimiKernelPool) {
+  // Start after the module graph has settled (top-level code of an ESM worker).
+  setImmediate(() => workerMain(workerData as WorkerInit));
+}

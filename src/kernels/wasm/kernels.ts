@@ -1,0 +1,560 @@
+// The WebAssembly SIMD kernels, generated as a module by emit.ts. They reproduce ref.ts byte for
+// byte (docs/NUMERICS.md): every output element is the canonical 16-lane dot of a decoded weight
+// row with an activation row, f32x4.mul then f32x4.add (never a fused multiply-add).
+//
+// Lane permutations. The canonical dot puts column i in lane i%16 and adds, per lane, in column
+// order. Which register position holds which lane is free, as long as it is fixed. bf16 widens
+// cheapest as "shift left 16" (even columns) and "mask the high half" (odd columns), which puts
+// columns {0,2,4,6},{1,3,5,7},{8,..,14},{9,..,15} in the four accumulators (perm 'bf'); the
+// activations are permuted the same way once per call (permx_bf) and the final reduction puts
+// the lanes back in canonical order before the fixed combine
+//   s_j = (l_j + l_{j+4}) + (l_{j+8} + l_{j+12}),  acc = (s_0 + s_1) + (s_2 + s_3).
+// Columns past the last full block of 16 ("the tail") stay in natural order and are added
+// sequentially, as in ref.ts.
+//
+// Formats. f32 and bf16 are used in place. mxfp4 rows are decoded to bf16 (each E2M1*2^(s-127)
+// is exactly a bf16: at most 2 significant bits, f32 exponent range) with two byte lookups per
+// 16 nibbles into a per-scale table, then take the bf16 path. f16, fp8 and int4 rows are
+// decoded to exact f32 values (fp8 and int4 after the one f32 multiply by their scale, as in
+// ref.ts) and then dotted. A row is decoded once per call and used for all T tokens.
+//
+// Memory layout of one kernel memory (see fast.ts): [0, CTRL_BYTES) pool control words,
+// then constant tables (MX_PLANES: for each E8M0 scale byte s, the 16 decoded E2M1*2^(s-127)
+// values as bf16, low bytes then high bytes; FP8_TAB: the 256 e4m3 values; vector constants
+// at KCONST), then, from CONST_END, the arena.
+
+import {
+  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv,
+  i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
+} from './emit.js';
+
+export const CTRL_BYTES = 16384;
+export const MX_PLANES = 16384; // 256 * 32 bytes
+export const FP8_TAB = MX_PLANES + 256 * 32; // 256 * 4 bytes
+export const CONST_END = 32768;
+
+export type Perm = 'id' | 'bf';
+/** PERMS[p][k] = canonical column (within a block of 16) held at register position k (vector k>>2, lane k&3). */
+export const PERMS: Record<Perm, readonly number[]> = {
+  id: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+  bf: [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15],
+};
+
+export type Fmt = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
+/** Activation layout expected by mm_* and the accumulator layout of mvT_*. */
+export const MM_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'bf', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'bf' };
+/** How mm_* gets rows: in place, decoded to f32 (dec_*), or decoded to bf16 (dec_mx2bf). */
+const ROWS: Record<Fmt, 'f32' | 'bf16' | 'dec_f32' | 'dec_bf16'> = {
+  f32: 'f32', bf16: 'bf16', mxfp4: 'dec_bf16', f16: 'dec_f32', fp8: 'dec_f32', int4: 'dec_f32',
+};
+export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4'];
+
+export interface GenOptions {
+  /** Use relaxed_swizzle for table lookups (indices are always 0..15, so results are identical). */
+  relaxed: boolean;
+  /** Decoded rows per pass in the multi-token matmul (registers: 4 accumulators per row). */
+  rowsPerPass?: number;
+
+}
+
+const ZERO = v128.i32x4(0, 0, 0, 0);
+const bytesOf = (a: ArrayLike<number>, T: typeof Int32Array | typeof Uint8Array): Uint8Array =>
+  new Uint8Array(new T(Array.from(a)).buffer);
+const HI16_BYTES = bytesOf([-65536, -65536, -65536, -65536], Int32Array);
+const NIB_BYTES = bytesOf(new Array(16).fill(15), Uint8Array);
+
+/** Vector constants live in memory at KCONST (written by the loader) and are loaded into locals in
+ *  the prologue: V8 then keeps them in registers instead of rebuilding them in every loop. */
+export const KCONST = FP8_TAB + 1024;
+const splat32 = (n: number): Uint8Array => bytesOf([n, n, n, n], Int32Array);
+const splatF = (x: number): Uint8Array => new Uint8Array(new Float32Array([x, x, x, x]).buffer);
+
+/** Common parameter list of the matmul kernels. */
+const MM_PARAMS = {
+  w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32,
+} as const;
+const DEC_PARAMS = { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, r: I32, out: I32 } as const;
+
+/** while (i < end) { body; i += step } with i, end locals (unsigned compare). */
+function forLt(i: number, end: number, step: number, ...body: Code[]): Code {
+  return block(loop(br_if(1, i32.ge_u(get(i), get(end))), ...body, set(i, i32.add(get(i), i32.const(step))), br(0)));
+}
+
+const addp = (a: Code, b: Code): Code => i32.add(a, b);
+const mac = (acc: number, w: Code, x: Code): Code => set(acc, f32x4.add(get(acc), f32x4.mul(w, x)));
+
+/**
+ * Canonical reduction of 4 accumulators held in permutation `perm` to one f32 (left on the stack).
+ * Uses locals sv (v128).
+ */
+function finalize(f: Fn, perm: Perm, acc: readonly number[], tag: string): Code {
+  const P = PERMS[perm];
+  const pos: number[] = [];
+  P.forEach((col, k) => {
+    pos[col] = k;
+  });
+  const V = (k: number): Code => {
+    const el = [0, 1, 2, 3].map((j) => {
+      const p = pos[4 * k + j]!;
+      return { v: p >> 2, l: p & 3 };
+    });
+    const vs = [...new Set(el.map((e) => e.v))];
+    if (vs.length === 1 && el.every((e, j) => e.l === j)) return get(acc[vs[0]!]!);
+    if (vs.length <= 2) {
+      const a = vs[0]!, b = vs[1] ?? vs[0]!;
+      return shuffle32(get(acc[a]!), get(acc[b]!), el.map((e) => (e.v === a ? e.l : 4 + e.l)));
+    }
+    const pair = (e0: { v: number; l: number }, e1: { v: number; l: number }): Code =>
+      shuffle32(get(acc[e0.v]!), get(acc[e1.v]!), [e0.l, 4 + e1.l, 0, 0]);
+    return shuffle32(pair(el[0]!, el[1]!), pair(el[2]!, el[3]!), [0, 1, 4, 5]);
+  };
+  const sv = f.local(`sv_${tag}`, V128);
+  return [
+    set(sv, f32x4.add(f32x4.add(V(0), V(1)), f32x4.add(V(2), V(3)))),
+    // t = s + swap_pairs(s): lane 0 = s0+s1, lane 2 = s2+s3
+    set(sv, f32x4.add(get(sv), shuffle32(get(sv), get(sv), [1, 0, 3, 2]))),
+    f32.add(f32x4.extract_lane(get(sv), 0), f32x4.extract_lane(get(sv), 2)),
+  ];
+}
+
+/** bf16 bits at address a -> f32. */
+const bf16At = (a: Code): Code => f32.reinterpret_i32(i32.shl(i32.load16_u(a), i32.const(16)));
+
+export interface Generated {
+  bytes: Uint8Array<ArrayBuffer>;
+  exports: string[];
+  /** Bytes to write at KCONST before the kernels run. */
+  consts: Uint8Array;
+}
+
+export function generate(opts: GenOptions): Generated {
+  const pool: Uint8Array[] = [];
+  /** A local holding vector constant b (16 bytes), loaded from the pool in f's prologue. */
+  const K = (f: Fn, b: Uint8Array): number => {
+    let i = pool.findIndex((k) => k.every((x, j) => x === b[j]));
+    if (i < 0) {
+      i = pool.length;
+      pool.push(b);
+      if (KCONST + 16 * pool.length > CONST_END) throw new Error('constant pool full');
+    }
+    const name = `k${i}`;
+    const had = f.has(name);
+    const l = f.local(name, V128);
+    if (!had) f.prologue.push(set(l, v128.load(i32.const(KCONST + 16 * i))));
+    return l;
+  };
+  const Kg = (f: Fn, b: Uint8Array): Code => get(K(f, b));
+  const swz = opts.relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
+  const fns: Fn[] = [];
+  const fnx = (name: string, params: Record<string, typeof I32>, result: typeof I32 | typeof F32 | null = null, exported = true): Fn => {
+    const f = new Fn(name, params, result, exported);
+    f.index = fns.length;
+    fns.push(f);
+    return f;
+  };
+  const reg = (f: Fn): number => f.index;
+
+  // ---- scalar helpers ----
+  const f16s = fnx('f16_to_f32', { h: I32 }, F32);
+  {
+    const f = f16s;
+    const mag = f.local('mag', I32), sign = f.local('sign', I32);
+    f.body = [
+      set(mag, i32.and(get(f.p('h')), i32.const(0x7fff))),
+      set(sign, i32.shl(i32.and(get(f.p('h')), i32.const(0x8000)), i32.const(16))),
+      ifv(F32, i32.lt_u(get(mag), i32.const(0x400)),
+        f32.reinterpret_i32(i32.or(i32.reinterpret_f32(f32.mul(f32.convert_i32_s(get(mag)), f32.const(2 ** -24))), get(sign))),
+        f32.reinterpret_i32(i32.or(
+          i32.add(i32.add(i32.shl(get(mag), i32.const(13)), i32.const(0x38000000)),
+            ifv(I32, i32.gt_u(get(mag), i32.const(0x7bff)), i32.const(0x38000000), i32.const(0))),
+          get(sign)))),
+    ];
+  }
+  /** Scale number idx of a scale tensor at s in dtype sdt (0 F32, 1 BF16, 2 F16), as f32. */
+  const scaleAt = (sdt: number, S: Code, idx: Code): Code =>
+    sdt === 0 ? f32.load(addp(S, i32.shl(idx, i32.const(2))))
+    : sdt === 1 ? bf16At(addp(S, i32.shl(idx, i32.const(1))))
+    : call(reg(f16s), i32.load16_u(addp(S, i32.shl(idx, i32.const(1)))));
+  /** A decoder per scale dtype, and a dispatcher on sdt (once per row). */
+  const perSdt = (name: string, build: (f: Fn, sdt: number) => void): Fn => {
+    const v = [0, 1, 2].map((sdt) => {
+      const f = fnx(`${name}_${sdt}`, DEC_PARAMS, I32, false);
+      build(f, sdt);
+      return f;
+    });
+    const f = fnx(name, DEC_PARAMS, I32);
+    const args = Object.keys(DEC_PARAMS).map((n) => get(f.p(n)));
+    f.body = ifv(I32, i32.eqz(get(f.p('sdt'))), call(reg(v[0]!), ...args),
+      ifv(I32, i32.eq(get(f.p('sdt')), i32.const(1)), call(reg(v[1]!), ...args), call(reg(v[2]!), ...args)));
+    return f;
+  };
+  // ---- decoders: row r -> exact f32 values at out (perm MM_PERM[fmt]), or bf16 for mxfp4 ----
+  const dec: Partial<Record<Fmt | 'mx2bf', Fn>> = {};
+
+  /** Common frame for decoders: loop over 16-column blocks c = 0, 16, .. < n16, then the tail. */
+  const decFrame = (f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code => {
+    const c = f.local('c', I32), o = f.local('o', I32), n16 = f.local('n16', I32), cols = f.local('cols_', I32);
+    return [
+      set(n16, i32.and(get(f.p('cols')), i32.const(-16))),
+      set(cols, get(f.p('cols'))),
+      set(c, i32.const(0)),
+      set(o, get(f.p('out'))),
+      block(loop(br_if(1, i32.ge_u(get(c), get(n16))), ...blockBody(c, o),
+        set(c, i32.add(get(c), i32.const(16))), set(o, i32.add(get(o), i32.const(64))), br(0))),
+      // tail, natural order
+      block(loop(br_if(1, i32.ge_u(get(c), get(cols))),
+        f32.store(get(o), tail(c, o)),
+        set(c, i32.add(get(c), i32.const(1))), set(o, i32.add(get(o), i32.const(4))), br(0))),
+      get(f.p('out')),
+    ];
+  };
+
+  // f16 (perm id): exact widening with integer ops; subnormals via an exact convert * 2^-24.
+  const f16vec = (f: Fn, h: Code, tmp: number): Code => {
+    // h: i32x4 of half bits. Result f32x4 bits.
+    const sp = (n: number): Code => Kg(f, splat32(n));
+    const mag = v128.and(get(tmp), sp(0x7fff));
+    const c38 = sp(0x38000000);
+    return [
+      set(tmp, h),
+      v128.or(
+        v128.bitselect(
+          f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -24))),
+          i32x4.add(i32x4.add(i32x4.shl(mag, i32.const(13)), c38),
+            v128.and(i32x4.gt_s(mag, sp(0x7bff)), c38)),
+          i32x4.lt_s(mag, sp(0x400))),
+        i32x4.shl(v128.and(get(tmp), sp(0x8000)), i32.const(16))),
+    ];
+  };
+  {
+    const f = fnx('dec_f16', DEC_PARAMS, I32);
+    const rb = f.local('rb', I32), v = f.local('v', V128), t = f.local('t', V128);
+    f.body = [
+      set(rb, addp(get(f.p('w')), i32.mul(i32.mul(get(f.p('r')), get(f.p('cols'))), i32.const(2)))),
+      decFrame(f, (c, o) => {
+        const a = addp(get(rb), i32.shl(get(c), i32.const(1)));
+        const out: Code[] = [];
+        for (let k = 0; k < 2; k++) {
+          out.push(set(v, v128.load(a, 16 * k)));
+          out.push(v128.store(get(o), f16vec(f, i32x4.extend_low_i16x8_u(get(v)), t), 32 * k));
+          out.push(v128.store(get(o), f16vec(f, i32x4.extend_high_i16x8_u(get(v)), t), 32 * k + 16));
+        }
+        return out;
+      }, (c) => call(reg(f16s), i32.load16_u(addp(get(rb), i32.shl(get(c), i32.const(1)))))),
+    ];
+    dec.f16 = f;
+  }
+
+  // fp8 e4m3 (perm id): exact value from bits, then one f32 multiply by the 128x128 block scale.
+  const fp8vec = (f: Fn, b: Code, tmp: number, sc: number): Code => {
+    const sp = (n: number): Code => Kg(f, splat32(n));
+    const mag = v128.and(get(tmp), sp(0x7f));
+    return [
+      set(tmp, b),
+      f32x4.mul(
+        v128.or(
+          v128.bitselect(
+            sp(0x7fc00000),
+            v128.bitselect(
+              f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -9))),
+              i32x4.add(i32x4.shl(mag, i32.const(20)), sp(0x3c000000)),
+              i32x4.lt_s(mag, sp(8))),
+            i32x4.eq(mag, sp(0x7f))),
+          i32x4.shl(v128.and(get(tmp), sp(0x80)), i32.const(24))),
+        get(sc)),
+    ];
+  };
+  dec.fp8 = perSdt('dec_fp8', (f, sdt) => {
+    const rb = f.local('rb', I32), srow = f.local('srow', I32), v = f.local('v', V128), h = f.local('h', V128);
+    const t = f.local('t', V128), sc = f.local('sc', V128);
+    f.body = [
+      set(rb, addp(get(f.p('w')), i32.mul(get(f.p('r')), get(f.p('cols'))))),
+      // srow = floor(r/128) * ceil(cols/128)
+      set(srow, i32.mul(i32.shr_u(get(f.p('r')), i32.const(7)), i32.shr_u(i32.add(get(f.p('cols')), i32.const(127)), i32.const(7)))),
+      decFrame(f, (c, o) => [
+        set(sc, f32x4.splat(scaleAt(sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
+        set(v, v128.load(addp(get(rb), get(c)))),
+        set(h, i16x8.extend_low_i8x16_u(get(v))),
+        v128.store(get(o), fp8vec(f, i32x4.extend_low_i16x8_u(get(h)), t, sc)),
+        v128.store(get(o), fp8vec(f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 16),
+        set(h, i16x8.extend_high_i8x16_u(get(v))),
+        v128.store(get(o), fp8vec(f, i32x4.extend_low_i16x8_u(get(h)), t, sc), 32),
+        v128.store(get(o), fp8vec(f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 48),
+      ], (c) => f32.mul(
+        f32.load(addp(i32.const(FP8_TAB), i32.shl(i32.load8_u(addp(get(rb), get(c))), i32.const(2)))),
+        scaleAt(sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
+    ];
+  });
+
+  // int4 (perm bf): 8 bytes = 16 nibbles widened to u16, low/high nibbles split, (n-8) * scale.
+  dec.int4 = perSdt('dec_int4', (f, sdt) => {
+    const rb = f.local('rb', I32), sb = f.local('sb', I32), v = f.local('v', V128), lo = f.local('lo', V128), hi = f.local('hi', V128);
+    const sc = f.local('sc', V128);
+    const cols = get(f.p('cols'));
+    const eight = Kg(f, splat32(8)), nib16 = Kg(f, splat32(0x000f000f));
+    const val = (n: Code): Code => f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(n, eight)), get(sc));
+    f.body = [
+      // row stride ceil(cols/8)*4 bytes; scale row r*ceil(cols/32)
+      set(rb, addp(get(f.p('w')), i32.mul(get(f.p('r')), i32.shl(i32.shr_u(i32.add(cols, i32.const(7)), i32.const(3)), i32.const(2))))),
+      set(sb, i32.mul(get(f.p('r')), i32.shr_u(i32.add(cols, i32.const(31)), i32.const(5)))),
+      decFrame(f, (c, o) => [
+        set(sc, f32x4.splat(scaleAt(sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))))),
+        set(v, v128.load8x8_u(addp(get(rb), i32.shr_u(get(c), i32.const(1))))),
+        set(lo, v128.and(get(v), nib16)),
+        set(hi, i16x8.shr_u(get(v), i32.const(4))),
+        v128.store(get(o), val(i32x4.extend_low_i16x8_u(get(lo)))),
+        v128.store(get(o), val(i32x4.extend_low_i16x8_u(get(hi))), 16),
+        v128.store(get(o), val(i32x4.extend_high_i16x8_u(get(lo))), 32),
+        v128.store(get(o), val(i32x4.extend_high_i16x8_u(get(hi))), 48),
+      ], (c) => {
+        const byte = i32.load8_u(addp(get(rb), i32.shr_u(get(c), i32.const(1))));
+        const nib = i32.and(i32.shr_u(byte, i32.shl(i32.and(get(c), i32.const(1)), i32.const(2))), i32.const(15));
+        return f32.mul(f32.convert_i32_s(i32.sub(nib, i32.const(8))),
+          scaleAt(sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))));
+      }),
+    ];
+  });
+
+  const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
+  const ilHi = ilLo.map((x) => x + 8);
+  // mxfp4 -> bf16 row in natural column order. One 16-byte load = one 32-column group with one
+  // scale; the per-scale table (MX_PLANES) holds the 16 exact values E2M1*2^(s-127) as bf16, low-byte
+  // plane then high-byte plane, so two byte lookups + a byte interleave give 8 bf16 values.
+  {
+    const f = fnx('dec_mx2bf', DEC_PARAMS, I32);
+    const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
+    const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
+    const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
+    const nib = Kg(f, NIB_BYTES);
+    const half = i32.shr_u(get(f.p('cols')), i32.const(1));
+    const bfPairs = (idx: number, off: number): Code[] => [
+      v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilLo), off),
+      v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilHi), off + 16),
+    ];
+    f.body = [
+      set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
+      set(pend, addp(get(p), half)),
+      set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
+      set(o, get(f.p('out'))),
+      block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
+        set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
+        set(L, v128.load(get(pl))),
+        set(H, v128.load(get(pl), 16)),
+        set(B, v128.load(get(p))),
+        set(lo, v128.and(get(B), nib)),
+        set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+        // nibble indices in column order: cols 0..15, then 16..31
+        set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
+        set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
+        ...bfPairs(i0, 0),
+        ...bfPairs(i1, 32),
+        set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
+        set(o, i32.add(get(o), i32.const(64))), br(0))),
+      get(f.p('out')),
+    ];
+    dec.mx2bf = f;
+  }
+
+  // ---- row tiles: RR rows at a time share the activation loads (RR = 1 measured fastest on
+  // Zen 5 / V8 11: with more, V8 hoists the loads and spills accumulators) ----
+
+  /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
+  interface RowSource {
+    stepCols: 16 | 32;
+    /** Set per-row pointers for row (rBase + i). */
+    init(f: Fn, i: number, row: Code): Code[];
+    /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator). */
+    step(f: Fn, i: number, emit: (k: number, w: Code) => Code): Code[];
+    advance(f: Fn, i: number): Code[];
+    /** Scalar weight of row i at (natural) column c, for the tail. */
+    tail(f: Fn, i: number, c: Code): Code;
+  }
+
+  /**
+   * Dot RR rows (rBase .. rBase+RR-1) with one activation row at xq (perm layout) and store
+   * y[yIndex(i)]. Uses locals prefixed by tag.
+   */
+  const tileBody = (f: Fn, perm: Perm, RR: number, src: RowSource, rBase: Code, xq: Code, yAddr: (i: number) => Code, tag: string): Code[] => {
+    const A = Array.from({ length: RR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
+    const nx = src.stepCols / 4;
+    const X = Array.from({ length: nx }, (_, k) => f.local(`${tag}x${k}`, V128));
+    const q = f.local(`${tag}q`, I32), qend = f.local(`${tag}qend`, I32), xb = f.local(`${tag}xb`, I32);
+    const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
+    const out: Code[] = [set(xb, xq)];
+    for (let i = 0; i < RR; i++) out.push(...src.init(f, i, i32.add(rBase, i32.const(i))));
+    out.push(...A.flat().map((a) => set(a, ZERO)));
+    out.push(
+      set(q, get(xb)),
+      set(qend, addp(get(xb), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
+      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+        ...X.map((x, k) => set(x, v128.load(get(q), 16 * k))),
+        ...A.flatMap((Ai, i) => src.step(f, i, (k, w) => mac(Ai[k & 3]!, w, get(X[k]!)))),
+        ...A.flatMap((_, i) => src.advance(f, i)),
+        set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0))),
+    );
+    for (let i = 0; i < RR; i++) {
+      out.push(
+        set(acc, finalize(f, perm, A[i]!, `${tag}${i}`)),
+        set(c, i32.and(cols, i32.const(-16))),
+        block(loop(br_if(1, i32.ge_u(get(c), cols)),
+          set(acc, f32.add(get(acc), f32.mul(src.tail(f, i, get(c)), f32.load(addp(get(xb), i32.shl(get(c), i32.const(2))))))),
+          set(c, i32.add(get(c), i32.const(1))), br(0))),
+        f32.store(yAddr(i), get(acc)),
+      );
+    }
+    return out;
+  };
+
+  /** for (r = r0; r + RR <= r1; r += RR) body(RR); then the remaining rows one by one. */
+  const rowLoop = (f: Fn, RR: number, body: (rr: number, r: number) => Code[]): Code => {
+    const r = f.local('r', I32);
+    const out: Code[] = [set(r, get(f.p('r0')))];
+    for (const rr of RR > 1 ? [RR, 1] : [1]) {
+      out.push(block(loop(
+        br_if(1, i32.gt_u(i32.add(get(r), i32.const(rr)), get(f.p('r1')))),
+        ...body(rr, r),
+        set(r, i32.add(get(r), i32.const(rr))), br(0))));
+    }
+    return out;
+  };
+
+  // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
+  // in natural column order, widened in registers (perm bf). Row i at (base + i*stride).
+  const srcF32 = (base: number, stride: number): RowSource => ({
+    stepCols: 16,
+    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    step: (f, i, emit) => [0, 1, 2, 3].map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
+    advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(64)))],
+    // after the loop p points at the tail
+    tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
+  });
+  const srcBF16 = (base: number, stride: number): RowSource => ({
+    stepCols: 16,
+    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    step: (f, i, emit) => {
+      const v = f.local('v', V128), u = f.local('u', V128), hi16 = K(f, HI16_BYTES);
+      return [
+        set(v, v128.load(get(f.local(`p${i}`, I32)))),
+        set(u, v128.load(get(f.local(`p${i}`, I32)), 16)),
+        emit(0, i32x4.shl(get(v), i32.const(16))),
+        emit(1, v128.and(get(v), get(hi16))),
+        emit(2, i32x4.shl(get(u), i32.const(16))),
+        emit(3, v128.and(get(u), get(hi16))),
+      ];
+    },
+    advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
+    tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
+  });
+
+  // ---- matmul: y[t, r] for t < T, r in [r0, r1). Rows are taken RR at a time; a row tile is
+  // decoded once (if its format needs it) and then used for every token ----
+  const RRv = Math.max(1, Math.min(3, opts.rowsPerPass ?? 1));
+  for (const fmt of FMTS) {
+    const f = fnx(`mm_${fmt}`, MM_PARAMS);
+    const P = (n: string) => get(f.p(n));
+    const perm = MM_PERM[fmt];
+    const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
+    f.prologue.push(set(colsb, i32.shl(P('cols'), i32.const(2))));
+    const kind = ROWS[fmt];
+    const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(base, stride) : srcF32(base, stride);
+    const decFn = kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!;
+    f.body = rowLoop(f, kind === 'dec_f32' ? 1 : RRv, (rr, r) => [
+      ...(kind === 'f32' || kind === 'bf16'
+        ? [
+          set(stride, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
+          set(base, addp(P('w'), i32.mul(get(r), get(stride)))),
+        ]
+        : [
+          set(stride, i32.and(i32.add(kind === 'dec_bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb), i32.const(63)), i32.const(-64))),
+          ...Array.from({ length: rr }, (_, i) => drop(call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'),
+            i32.add(get(r), i32.const(i)), addp(P('scratch'), i32.mul(i32.const(i), get(stride)))))),
+          set(base, P('scratch')),
+        ]),
+      set(t, i32.const(0)),
+      forLt(t, f.p('T'), 1,
+        ...tileBody(f, perm, rr, src, get(r), addp(P('x'), i32.mul(get(t), get(colsb))),
+          (i) => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), i32.add(get(r), i32.const(i))), i32.const(2))), `t${rr}_`)),
+    ]);
+  }
+
+  // ---- activation permutation (natural -> perm) and its inverse, per token ----
+  for (const perm of ['bf'] as Perm[]) {
+    const P = PERMS[perm];
+    for (const inverse of [false, true]) {
+      const f = fnx(inverse ? `unperm_${perm}` : `permx_${perm}`, { src: I32, dst: I32, T: I32, cols: I32 });
+      const t = f.local('t', I32), s = f.local('s', I32), d = f.local('d', I32), send = f.local('send', I32);
+      const tend = f.local('tend', I32);
+      const moves: Code[] = [];
+      for (let k = 0; k < 16; k++) {
+        const from = inverse ? k : P[k]!, to = inverse ? P[k]! : k;
+        moves.push(f32.store(get(d), f32.load(get(s), 4 * from), 4 * to));
+      }
+      f.body = [
+        set(t, i32.const(0)),
+        set(s, get(f.p('src'))), set(d, get(f.p('dst'))),
+        forLt(t, f.p('T'), 1,
+          set(send, addp(get(s), i32.shl(i32.and(get(f.p('cols')), i32.const(-16)), i32.const(2)))),
+          set(tend, addp(get(s), i32.shl(get(f.p('cols')), i32.const(2)))),
+          block(loop(br_if(1, i32.ge_u(get(s), get(send))), ...moves,
+            set(s, i32.add(get(s), i32.const(64))), set(d, i32.add(get(d), i32.const(64))), br(0))),
+          block(loop(br_if(1, i32.ge_u(get(s), get(tend))), f32.store(get(d), f32.load(get(s))),
+            set(s, i32.add(get(s), i32.const(4))), set(d, i32.add(get(d), i32.const(4))), br(0)))),
+      ];
+    }
+  }
+
+  // ---- transposed product: y[c] = sum_k x[k] * W[r0+k, c], k ascending, each step
+  // y = f32(y + f32(x*w)); columns are independent, so any lane order works; y natural ----
+  for (const fmt of FMTS) {
+    const f = fnx(`mvT_${fmt}`, { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, r0: I32, n: I32, x: I32, y: I32, scratch: I32 });
+    const P = (n: string) => get(f.p(n));
+    const perm = MM_PERM[fmt], kind = ROWS[fmt];
+    const bf = kind === 'bf16' || kind === 'dec_bf16';
+    const yp = f.local('yp', I32), k = f.local('k', I32), rp = f.local('rp', I32), o = f.local('o', I32), p = f.local('p', I32);
+    const n16b = f.local('n16b', I32), colsb = f.local('colsb', I32), xv = f.local('xv', V128), xs = f.local('xs', F32);
+    const row = i32.add(P('r0'), get(k));
+    const v = f.local('v', V128), u = f.local('u', V128), hi16 = K(f, HI16_BYTES);
+    const axpy = (j: number, w: Code): Code =>
+      v128.store(get(o), f32x4.add(v128.load(get(o), 16 * j), f32x4.mul(get(xv), w)), 16 * j);
+    f.body = [
+      set(n16b, i32.shl(i32.and(P('cols'), i32.const(-16)), i32.const(2))),
+      set(colsb, i32.shl(P('cols'), i32.const(2))),
+      // the permuted accumulator row sits after the decode scratch
+      set(yp, perm === 'id' ? P('y') : addp(P('scratch'), i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64)))),
+      set(o, i32.const(0)),
+      forLt(o, colsb, 4, f32.store(addp(get(yp), get(o)), f32.const(0))),
+      set(k, i32.const(0)),
+      forLt(k, f.p('n'), 1,
+        set(rp, kind === 'f32' ? addp(P('w'), i32.mul(row, get(colsb)))
+          : kind === 'bf16' ? addp(P('w'), i32.mul(row, i32.shl(P('cols'), i32.const(1))))
+          : call(reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, P('scratch'))),
+        set(xs, f32.load(addp(P('x'), i32.shl(get(k), i32.const(2))))),
+        set(xv, f32x4.splat(get(xs))),
+        set(o, get(yp)),
+        set(p, get(rp)),
+        block(loop(br_if(1, i32.ge_u(get(o), addp(get(yp), get(n16b)))),
+          ...(bf
+            ? [
+              set(v, v128.load(get(p))),
+              set(u, v128.load(get(p), 16)),
+              axpy(0, i32x4.shl(get(v), i32.const(16))),
+              axpy(1, v128.and(get(v), get(hi16))),
+              axpy(2, i32x4.shl(get(u), i32.const(16))),
+              axpy(3, v128.and(get(u), get(hi16))),
+              set(p, i32.add(get(p), i32.const(32))),
+            ]
+            : [0, 1, 2, 3].map((j) => axpy(j, v128.load(get(p), 16 * j))).concat([set(p, i32.add(get(p), i32.const(64)))])),
+          set(o, i32.add(get(o), i32.const(64))), br(0))),
+        // tail, natural order: o and p point at column n16
+        block(loop(br_if(1, i32.ge_u(get(o), addp(get(yp), get(colsb)))),
+          f32.store(get(o), f32.add(f32.load(get(o)), f32.mul(get(xs), bf ? bf16At(get(p)) : f32.load(get(p))))),
+          set(o, i32.add(get(o), i32.const(4))), set(p, i32.add(get(p), i32.const(bf ? 2 : 4))), br(0)))),
+      perm === 'id' ? [] : call(reg(fns.find((g) => g.name === `unperm_${perm}`)!), get(yp), P('y'), i32.const(1), P('cols')),
+    ];
+  }
+
+  const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true });
+  const consts = new Uint8Array(16 * pool.length);
+  pool.forEach((k, i) => consts.set(k, 16 * i));
+  return { bytes, exports: fns.filter((f) => f.exported).map((f) => f.name), consts };
+}

@@ -1,0 +1,94 @@
+// Compiles the generated kernel module once per process and option set, and instantiates it on a
+// given shared memory. Relaxed SIMD (only relaxed_swizzle with in-range indices is used, which
+// cannot change any result) needs `--experimental-wasm-relaxed-simd` on Node 20: we set it at run
+// time before compiling, and fall back to plain SIMD if the engine still refuses it.
+
+import * as v8 from 'node:v8';
+import { generate, MX_PLANES, FP8_TAB, KCONST } from './kernels.js';
+import { E2M1_TABLE, FP8_TABLE, e8m0ToF32 } from '../../checkpoint/dtypes.js';
+
+export interface KernelOptions {
+  relaxed: boolean;
+  /** Tuning knobs (rows per pass), see GenOptions. */
+  rowsPerPass?: number;
+  bfRows?: number;
+  mxRows?: number;
+}
+
+export type KernelExports = Record<string, (...args: number[]) => number>;
+
+/** A compiled kernel module and the vector constants it expects in memory. */
+export interface CompiledKernels {
+  module: WebAssembly.Module;
+  consts: Uint8Array;
+  relaxed: boolean;
+}
+
+const cache = new Map<string, CompiledKernels>();
+let relaxedState: boolean | undefined;
+let tieringSet = false;
+
+/** Whether relaxed SIMD can be compiled here (turning the V8 flag on if needed). */
+export function relaxedSimdAvailable(): boolean {
+  if (relaxedState !== undefined) return relaxedState;
+  // (func (param v128 v128) (result v128) local.get 0 local.get 1 i8x16.relaxed_swizzle)
+  const body = [0x00, 0x20, 0, 0x20, 1, 0xfd, 0x80, 0x02, 0x0b];
+  const probe = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 7, 1, 0x60, 2, 0x7b, 0x7b, 1, 0x7b,
+    3, 2, 1, 0, 10, body.length + 2, 1, body.length, ...body]);
+  if (!WebAssembly.validate(probe)) {
+    try {
+      v8.setFlagsFromString('--experimental-wasm-relaxed-simd');
+    } catch {
+      // ignore: validation below decides
+    }
+  }
+  relaxedState = WebAssembly.validate(probe);
+  return relaxedState;
+}
+
+/** Compile (or fetch) the kernel module for these options. */
+export function kernelModule(opts: KernelOptions): CompiledKernels {
+  const relaxed = opts.relaxed && relaxedSimdAvailable();
+  const key = JSON.stringify([relaxed, opts.rowsPerPass, opts.bfRows, opts.mxRows]);
+  let m = cache.get(key);
+  if (!m) {
+    if (!tieringSet) {
+      // The kernels are few and hot: compile them with the optimizing tier straight away rather
+      // than running the baseline tier until dynamic tier-up kicks in.
+      tieringSet = true;
+      try {
+        v8.setFlagsFromString('--no-liftoff');
+      } catch {
+        // ignore
+      }
+    }
+    const g = generate({ ...opts, relaxed });
+    m = { module: new WebAssembly.Module(g.bytes), consts: g.consts, relaxed };
+    cache.set(key, m);
+  }
+  return m;
+}
+
+export function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory): KernelExports {
+  const inst = new WebAssembly.Instance(module, { env: { memory } });
+  return inst.exports as unknown as KernelExports;
+}
+
+/** Write the constant tables into a fresh kernel memory. */
+export function initConstants(memory: WebAssembly.Memory, k: CompiledKernels): void {
+  const u8 = new Uint8Array(memory.buffer);
+  const f = new Float32Array(1);
+  const u = new Uint32Array(f.buffer);
+  for (let s = 0; s < 256; s++) {
+    const scale = e8m0ToF32(s);
+    for (let n = 0; n < 16; n++) {
+      f[0] = E2M1_TABLE[n]! * scale;
+      const bits = u[0]!;
+      if (bits & 0xffff) throw new Error('mxfp4 value not a bf16');
+      u8[MX_PLANES + s * 32 + n] = (bits >>> 16) & 0xff;
+      u8[MX_PLANES + s * 32 + 16 + n] = bits >>> 24;
+    }
+  }
+  new Float32Array(memory.buffer, FP8_TAB, 256).set(FP8_TABLE);
+  u8.set(k.consts, KCONST);
+}

@@ -1,0 +1,252 @@
+// Fast kernels (WebAssembly SIMD + worker pool) against the reference kernels, byte for byte.
+
+import { test, before, after } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as ref from '../src/kernels/ref.js';
+import type { WeightView, WeightFormat } from '../src/kernels/types.js';
+import { createKernels, type Kernels } from '../src/kernels/fast.js';
+import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
+import { generate } from '../src/kernels/wasm/kernels.js';
+import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+
+// deterministic PRNG (xorshift32)
+let seed = 0x9e3779b9;
+function rnd(): number {
+  seed ^= seed << 13;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  return (seed >>> 0) / 4294967296;
+}
+const byte = (): number => Math.floor(rnd() * 256);
+
+function f32Bits(x: number): number {
+  return new Uint32Array(new Float32Array([x]).buffer)[0]!;
+}
+function f16Bits(x: number): number {
+  // round-to-nearest is not needed: any bits that are not inf/nan are valid test data
+  const b = f32Bits(x);
+  const s = (b >>> 16) & 0x8000;
+  const e = ((b >>> 23) & 0xff) - 127 + 15;
+  if (e <= 0) return s | ((b >>> 13) & 0x3ff) >> Math.min(10, 1 - e); // subnormal (truncated)
+  if (e >= 31) return s | 0x7bff;
+  return s | (e << 10) | ((b >>> 13) & 0x3ff);
+}
+
+/** Real-looking random weights of each format. */
+function makeWeight(format: WeightFormat, rows: number, cols: number, scaleDtype: 'F32' | 'BF16' | 'F16' = 'F32'): WeightView {
+  const gauss = (): number => (rnd() + rnd() + rnd() - 1.5) * 0.1;
+  const scaleBytes = (n: number, gen: () => number): Uint8Array => {
+    if (scaleDtype === 'F32') return new Uint8Array(new Float32Array(n).map(gen).buffer);
+    const u = new Uint16Array(n).map(() => (scaleDtype === 'BF16' ? f32ToBf16(gen()) : f16Bits(gen())));
+    return new Uint8Array(u.buffer);
+  };
+  let data: Uint8Array;
+  let scale: Uint8Array | undefined;
+  switch (format) {
+    case 'f32':
+      data = new Uint8Array(new Float32Array(rows * cols).map(gauss).buffer);
+      break;
+    case 'bf16':
+      data = new Uint8Array(new Uint16Array(rows * cols).map(() => (rnd() < 0.02 ? 0 : f32ToBf16(gauss()))).buffer);
+      break;
+    case 'f16': // includes subnormals and zeros
+      data = new Uint8Array(new Uint16Array(rows * cols).map(() => (rnd() < 0.05 ? byte() | (rnd() < 0.5 ? 0x8000 : 0) : f16Bits(gauss()))).buffer);
+      break;
+    case 'fp8': {
+      data = new Uint8Array(rows * cols).map(() => {
+        let b: number;
+        do b = byte(); while ((b & 0x7f) === 0x7f); // no NaN codes
+        return b;
+      });
+      scale = scaleBytes(Math.ceil(rows / 128) * Math.ceil(cols / 128), () => 1e-3 * (1 + rnd()));
+      break;
+    }
+    case 'int4':
+      data = new Uint8Array(rows * Math.ceil(cols / 8) * 4).map(byte);
+      scale = scaleBytes(rows * Math.ceil(cols / 32), () => 0.01 * (0.5 + rnd()));
+      break;
+    case 'mxfp4':
+      data = new Uint8Array((rows * cols) / 2).map(byte);
+      scale = new Uint8Array((rows * cols) / 32).map(() => 118 + Math.floor(rnd() * 7));
+      break;
+  }
+  return { name: `${format}[${rows}x${cols}]`, format, rows, cols, data, scale, scaleDtype: scale ? scaleDtype : undefined };
+}
+
+function randX(n: number): Float32Array {
+  return new Float32Array(n).map(() => rnd() * 2 - 1);
+}
+
+function sameBytes(a: Float32Array, b: Float32Array, what: string): void {
+  const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  if (Buffer.compare(Buffer.from(ua), Buffer.from(ub)) === 0) return;
+  let i = 0;
+  while (i < a.length && f32Bits(a[i]!) === f32Bits(b[i]!)) i++;
+  assert.fail(`${what}: first difference at ${i}: fast ${a[i]} ref ${b[i]}`);
+}
+
+const SHAPES: Record<WeightFormat, [number, number][]> = {
+  f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7]],
+  bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5]],
+  f16: [[1, 16], [3, 100], [17, 96], [33, 48]],
+  fp8: [[3, 130], [17, 16], [33, 100], [130, 260]],
+  int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40]],
+  mxfp4: [[1, 32], [3, 64], [17, 96], [33, 128]],
+};
+const FORMATS = Object.keys(SHAPES) as WeightFormat[];
+
+let k1: Kernels; // 1 thread
+let k2: Kernels; // 2 threads, every call split
+let k2s: Kernels; // 2 threads, relaxed SIMD off
+
+before(async () => {
+  k1 = await createKernels({ threads: 1, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096 });
+  k2 = await createKernels({ threads: 2, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1 });
+  k2s = await createKernels({ threads: 2, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1, relaxed: false });
+});
+after(async () => {
+  await Promise.all([k1.close(), k2.close(), k2s.close()]);
+});
+
+test('relaxed SIMD: available on this Node, and switchable', () => {
+  assert.equal(relaxedSimdAvailable(), true);
+  assert.equal(k1.relaxed, true);
+  assert.equal(k2s.relaxed, false);
+  const a = generate({ relaxed: true }).bytes, b = generate({ relaxed: false }).bytes;
+  assert.notDeepEqual(a, b);
+  assert.equal(k2.threads, 2);
+});
+
+for (const format of FORMATS) {
+  test(`matmul ${format}: fast == ref, bytes, for T 1/3/7, threads 1/2, relaxed on/off`, () => {
+    for (const [rows, cols] of SHAPES[format]) {
+      const dtypes = format === 'int4' || format === 'fp8' ? (['F32', 'BF16', 'F16'] as const) : (['F32'] as const);
+      for (const sdt of dtypes) {
+        const w = makeWeight(format, rows, cols, sdt);
+        for (const T of [1, 3, 7]) {
+          const x = randX(T * cols);
+          const want = new Float32Array(T * rows);
+          ref.matmul(w, x, T, want);
+          for (const k of [k1, k2, k2s]) {
+            const y = new Float32Array(T * rows);
+            k.matmul(w, x, T, y);
+            sameBytes(y, want, `${w.name} ${sdt} T=${T} threads=${k.threads} relaxed=${k.relaxed}`);
+          }
+        }
+      }
+    }
+  });
+
+  test(`matvecT ${format}: fast == ref, bytes`, () => {
+    for (const [rows, cols] of SHAPES[format]) {
+      const w = makeWeight(format, rows, cols);
+      for (const [r0, n] of [[0, rows], [rows >> 1, rows - (rows >> 1)], [rows - 1, 1], [0, 0]] as const) {
+        const x = randX(n + 3);
+        const want = new Float32Array(cols);
+        ref.matvecT(w, r0, n, x, 3, want);
+        for (const k of [k1, k2s]) {
+          const y = new Float32Array(cols).fill(7);
+          k.matvecT(w, r0, n, x, 3, y);
+          sameBytes(y, want, `matvecT ${w.name} r0=${r0} n=${n} relaxed=${k.relaxed}`);
+        }
+      }
+    }
+  });
+}
+
+test('mxfp4 edge scales (subnormal results, 255 = zero) and bf16 subnormals', () => {
+  const rows = 9, cols = 64;
+  const w = makeWeight('mxfp4', rows, cols);
+  const edge = [0, 1, 2, 3, 127, 128, 135, 255];
+  w.scale!.forEach((_, i) => (w.scale![i] = edge[i % edge.length]!));
+  const wb = makeWeight('bf16', rows, cols);
+  new Uint16Array(wb.data.buffer).forEach((_, i, a) => {
+    if (i % 5 === 0) a[i] = (i & 0x7f) | (i & 8 ? 0x8000 : 0); // subnormals and +-0
+  });
+  for (const ww of [w, wb]) {
+    for (const T of [1, 4]) {
+      const x = randX(T * cols);
+      const want = new Float32Array(T * rows);
+      ref.matmul(ww, x, T, want);
+      for (const k of [k1, k2, k2s]) {
+        const y = new Float32Array(T * rows);
+        k.matmul(ww, x, T, y);
+        sameBytes(y, want, `edge ${ww.name} T=${T}`);
+      }
+    }
+  }
+});
+
+test('zero copy: weights, activations and outputs inside kernel memory', () => {
+  for (const k of [k1, k2]) {
+    const m = k.mark();
+    const rows = 37, cols = 256, T = 5;
+    const w0 = makeWeight('mxfp4', rows, cols);
+    const w = k.upload(w0);
+    assert.ok(k.contains(w.data) && k.contains(w.scale!));
+    const x = k.allocF32(T * cols);
+    x.set(randX(T * cols));
+    const y = k.allocF32(T * rows);
+    const want = new Float32Array(T * rows);
+    ref.matmul(w0, x, T, want);
+    k.matmul(w, x, T, y);
+    sameBytes(y, want, 'resident mxfp4');
+    // bytes read straight into alloc()'d regions, as the store will do
+    const wb0 = makeWeight('bf16', rows, cols);
+    const r = k.alloc(wb0.data.byteLength);
+    r.u8.set(wb0.data);
+    const wb: WeightView = { ...wb0, data: r.u8 };
+    ref.matmul(wb0, x, T, want);
+    k.matmul(wb, x, T, y);
+    sameBytes(y, want, 'resident bf16');
+    k.release(m);
+  }
+});
+
+test('row ranges and batches: other outputs untouched, one dispatch for several ops', () => {
+  const rows = 50, cols = 96, T = 3;
+  const wa = makeWeight('bf16', rows, cols), wb = makeWeight('mxfp4', rows, cols), wc = makeWeight('f32', rows, cols);
+  const x = randX(T * cols);
+  for (const k of [k1, k2]) {
+    const want = new Float32Array(T * rows).fill(-1);
+    const full = new Float32Array(T * rows);
+    ref.matmul(wa, x, T, full);
+    for (let t = 0; t < T; t++) for (let r = 7; r < 31; r++) want[t * rows + r] = full[t * rows + r]!;
+    const y = new Float32Array(T * rows).fill(-1);
+    k.matmul(wa, x, T, y, 7, 31);
+    sameBytes(y, want, 'row range');
+
+    const outs = [wa, wb, wc].map(() => new Float32Array(T * rows));
+    k.matmulBatch([wa, wb, wc].map((w, i) => ({ w, x, T, y: outs[i]! })));
+    [wa, wb, wc].forEach((w, i) => {
+      const ref1 = new Float32Array(T * rows);
+      ref.matmul(w, x, T, ref1);
+      sameBytes(outs[i]!, ref1, `batch ${w.name}`);
+    });
+  }
+});
+
+test('a token gives the same bytes alone or in any chunk (T independence)', () => {
+  const rows = 21, cols = 160;
+  for (const format of ['bf16', 'mxfp4', 'int4'] as const) {
+    const w = makeWeight(format, rows, cols);
+    const T = 9;
+    const x = randX(T * cols);
+    const all = new Float32Array(T * rows);
+    k2.matmul(w, x, T, all);
+    for (let t = 0; t < T; t++) {
+      const one = new Float32Array(rows);
+      k1.matmul(w, x.subarray(t * cols, (t + 1) * cols), 1, one);
+      sameBytes(one, all.subarray(t * rows, (t + 1) * rows), `${format} token ${t}`);
+    }
+  }
+});
+
+test('bad inputs are refused', () => {
+  const w = makeWeight('bf16', 4, 32);
+  assert.throws(() => k1.matmul({ ...w, data: w.data.subarray(0, 10) }, randX(32), 1, new Float32Array(4)), /data bytes/);
+  assert.throws(() => k1.matmul(w, randX(16), 1, new Float32Array(4)), /activations/);
+  assert.throws(() => k1.matmul(w, randX(32), 1, new Float32Array(4), 2, 9), /row range/);
+  assert.throws(() => k1.matmul(makeWeight('f32', 2, 8192), randX(8192), 1, new Float32Array(2)), /maxCols/);
+});
