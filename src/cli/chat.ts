@@ -1,10 +1,195 @@
+// `k3 chat`: a REPL over a ChatSession. Each input line is a user turn or a /command; the reply
+// is streamed to stdout as it is generated and ends with a newline. Works on a terminal and
+// driven by a script through a pipe (lines are queued and handled in order; no prompt is shown
+// when stdin is not a terminal). Ctrl-C (SIGINT) while a reply is generated stops that reply;
+// Ctrl-C at the prompt, EOF or /exit end the program.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as readline from 'node:readline';
 import type { Command } from './main.js';
+import { parse, parseIntFlag } from './args.js';
+import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
+import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
+import { ChatSession, type AbortFlag } from '../generate/session.js';
+import { Sampler } from '../generate/sampling.js';
+import { loadTokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
+const COMMANDS_HELP = `commands:
+  /save FILE   write the conversation's state (KDA state, MLA cache, token ids) to FILE
+  /load FILE   continue the conversation saved in FILE (refused if saved from another model)
+  /reset       start a new conversation
+  /stats       tokens in context, tokens processed last turn, prompt and decode speed
+  /ids         the token ids of the last reply (JSON)
+  /help        this list
+  /exit        quit (also Ctrl-C at the prompt, or end of input)`;
+
 export const command: Command = {
-  summary: '(not yet implemented)',
-  help: 'k3 chat: not yet implemented',
-  async run(): Promise<number> {
-    throw new UserError('chat: not yet implemented');
+  summary: 'talk to a model: a REPL that keeps the conversation state between turns',
+  help: `usage: k3 chat MODEL [--tok DIR] [--system TEXT] [--load FILE] [--max-tokens N] [sampling options] [model options]
+
+Reads lines from stdin: each is a user message (or a /command); the reply is streamed to stdout
+and ends with a newline. The KDA state and MLA cache are kept between turns, so a follow-up only
+runs its new tokens through the model. The chat format is K3's for K3 models, K2's otherwise; a
+reply ends at the end-of-message token, a --stop string or --max-tokens (default 512). Ctrl-C
+during a reply stops the reply; Ctrl-C at the prompt or end of input exits.
+
+  --tok DIR         tokenizer directory (default: MODEL)
+  --system TEXT     system message of the conversation
+  --load FILE       start from a state saved with /save
+  --max-tokens N    longest reply in tokens (default 512)
+  --thinking        K3: open replies with a think block instead of the response
+
+${COMMANDS_HELP}
+
+${SAMPLING_HELP}
+${MODEL_HELP}`,
+  async run(args) {
+    const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, thinking: { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
+    const dir = positionals[0]!;
+    const maxTokens = parseIntFlag('chat', 'max-tokens', values['max-tokens'], 512, 1);
+    const sampling = samplingFromFlags('chat', values);
+    new Sampler(sampling); // check the ranges before loading anything
+    const tokDir = values.tok ?? dir;
+    if (!fs.existsSync(path.join(tokDir, 'tiktoken.model')) && fs.existsSync(dir)) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
+    const { model, chunk } = openModel('chat', dir, values);
+    try {
+      const tok = await loadTokenizer(tokDir);
+      const session = new ChatSession(model, tok, {
+        system: values.system,
+        sampling,
+        maxTokens,
+        stopStrings: values.stop ?? [],
+        ignoreEos: values['ignore-eos'] ?? false,
+        chunk,
+        thinking: values.thinking ?? false,
+      });
+      if (values.load !== undefined) {
+        const l = session.load(values.load);
+        process.stderr.write(`loaded ${session.history.length} tokens (${l.bytes} bytes) from ${values.load}\n`);
+      }
+      return await repl(session);
+    } finally {
+      await model.close();
+    }
   },
 };
+
+async function repl(session: ChatSession): Promise<number> {
+  const interactive = process.stdin.isTTY === true && process.stdout.isTTY === true;
+  const rl = readline.createInterface({ input: process.stdin, output: interactive ? process.stdout : undefined, terminal: interactive });
+  const lines: string[] = [];
+  let ended = false;
+  let exitCode = 0;
+  let wake: (() => void) | null = null;
+  const poke = (): void => {
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+  rl.on('line', (l) => {
+    lines.push(l);
+    poke();
+  });
+  rl.on('close', () => {
+    ended = true;
+    poke();
+  });
+  let generating: AbortFlag | null = null;
+  const onSigint = (): void => {
+    if (generating) {
+      generating.aborted = true;
+      return;
+    }
+    ended = true;
+    exitCode = 130;
+    lines.length = 0;
+    if (interactive) process.stdout.write('\n');
+    poke();
+  };
+  process.on('SIGINT', onSigint);
+  rl.on('SIGINT', onSigint);
+  if (interactive) rl.setPrompt('> ');
+
+  const next = async (): Promise<string | null> => {
+    for (;;) {
+      if (lines.length > 0) return lines.shift()!;
+      if (ended) return null;
+      if (interactive) rl.prompt();
+      await new Promise<void>((r) => (wake = r));
+    }
+  };
+
+  try {
+    for (;;) {
+      const line = await next();
+      if (line === null) break;
+      const input = line.trim();
+      if (input.length === 0) continue;
+      if (input.startsWith('/')) {
+        const sp = input.search(/\s/);
+        const cmd = sp < 0 ? input : input.slice(0, sp);
+        const arg = sp < 0 ? '' : input.slice(sp).trim();
+        if (cmd === '/exit' || cmd === '/quit') break;
+        try {
+          slashCommand(session, cmd, arg);
+        } catch (e) {
+          if (!(e instanceof UserError)) throw e;
+          process.stderr.write(`k3: ${e.message}\n`);
+        }
+        continue;
+      }
+      const abort: AbortFlag = { aborted: false };
+      generating = abort;
+      try {
+        const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), abort });
+        process.stdout.write('\n');
+        if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
+      } finally {
+        generating = null;
+      }
+    }
+  } finally {
+    process.off('SIGINT', onSigint);
+    rl.close();
+    process.stdin.pause();
+  }
+  return exitCode;
+}
+
+function slashCommand(session: ChatSession, cmd: string, arg: string): void {
+  const needFile = (): string => {
+    if (!arg) throw new UserError(`${cmd} needs a file name`);
+    return arg;
+  };
+  switch (cmd) {
+    case '/save': {
+      const file = needFile();
+      const n = session.save(file);
+      process.stderr.write(`saved ${session.history.length} tokens (${n} bytes) to ${file}\n`);
+      return;
+    }
+    case '/load': {
+      const file = needFile();
+      const l = session.load(file);
+      process.stderr.write(`loaded ${session.history.length} tokens (${l.bytes} bytes) from ${file}\n`);
+      return;
+    }
+    case '/reset':
+      session.reset();
+      process.stderr.write('conversation reset\n');
+      return;
+    case '/stats':
+      process.stdout.write(session.stats() + '\n');
+      return;
+    case '/ids':
+      process.stdout.write(JSON.stringify(session.lastTurn?.ids ?? []) + '\n');
+      return;
+    case '/help':
+      process.stdout.write(COMMANDS_HELP + '\n');
+      return;
+    default:
+      throw new UserError(`unknown command ${cmd} (/help lists them)`);
+  }
+}

@@ -5,35 +5,120 @@ import { parse, parseIds, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
 import { greedy } from '../generate/greedy.js';
 import { RunRecorder, formatSummary } from '../generate/report.js';
-import { loadTokenizer } from '../tokenizer/index.js';
+import { Sampler, TextStopper, usableStopIds, type SamplingOptions } from '../generate/sampling.js';
+import { loadTokenizer, renderChat, stopTokenIds, type ChatMessage } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
-export const command: Command = {
-  summary: 'generate tokens greedily from a prompt (ids or text), with a run report',
-  help: `usage: k3 run MODEL (--ids 1,2,3 | --prompt TEXT | --prompt-file F) [--gen N] [--json] [options]
+/** Sampling flags shared by `k3 run` and `k3 chat`. */
+export const SAMPLING_OPTIONS = {
+  temperature: { type: 'string' },
+  'top-k': { type: 'string' },
+  'top-p': { type: 'string' },
+  'min-p': { type: 'string' },
+  'repeat-penalty': { type: 'string' },
+  'repeat-last-n': { type: 'string' },
+  'presence-penalty': { type: 'string' },
+  'frequency-penalty': { type: 'string' },
+  seed: { type: 'string' },
+  stop: { type: 'string', multiple: true },
+  'max-tokens': { type: 'string' },
+  'ignore-eos': { type: 'boolean' },
+} as const;
 
-Prefills the prompt, then generates N tokens (default 16) greedily (argmax, first maximum wins;
-not stopped at EOS). Text prompts need the tokenizer files (tiktoken.model,
-tokenizer_config.json) in MODEL or in --tok DIR. Prints the generated tokens as they come and a
-run report (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json
-prints one JSON object: {"prompt_ids", "generated_ids", "seconds_per_token", "steps", ...}.
+export const SAMPLING_HELP = `sampling options (applied in llama.cpp's order: penalties, top-k, top-p, min-p, temperature):
+  --temperature T        0 = greedy (default: argmax, first maximum wins); < 1 sharpens, > 1 flattens
+  --top-k K              keep the K most likely tokens (0 = all, default)
+  --top-p P              keep the smallest set of most likely tokens whose probability reaches P (default 1)
+  --min-p P              drop tokens less likely than P times the most likely one (default 0)
+  --repeat-penalty R     divide positive / multiply negative logits of seen tokens by R (default 1)
+  --repeat-last-n N      only the last N tokens count as seen (default 0 = prompt + everything generated)
+  --presence-penalty A   subtract A from the logit of every seen token (default 0)
+  --frequency-penalty A  subtract A times its count from the logit of every seen token (default 0)
+  --seed N               seed of the random draws (default 0): same seed and flags, same text
+  --stop STRING          stop when the text contains STRING (repeatable; matched across tokens, not printed)
+  --ignore-eos           do not stop at the end-of-message / eos tokens`;
+
+export interface SamplingFlags {
+  temperature?: string;
+  'top-k'?: string;
+  'top-p'?: string;
+  'min-p'?: string;
+  'repeat-penalty'?: string;
+  'repeat-last-n'?: string;
+  'presence-penalty'?: string;
+  'frequency-penalty'?: string;
+  seed?: string;
+}
+
+function parseNumber(cmd: string, name: string, s: string | undefined): number | undefined {
+  if (s === undefined) return undefined;
+  const v = Number(s);
+  if (s.trim() === '' || !Number.isFinite(v)) throw new UserError(`${cmd}: --${name} must be a number, got ${JSON.stringify(s)}`);
+  return v;
+}
+
+/** Sampling flags -> options (ranges are checked by the Sampler, as UserErrors). */
+export function samplingFromFlags(cmd: string, v: SamplingFlags): SamplingOptions {
+  const int = (name: keyof SamplingFlags): number | undefined => (v[name] === undefined ? undefined : parseIntFlag(cmd, name, v[name], 0, 0));
+  return {
+    temperature: parseNumber(cmd, 'temperature', v.temperature),
+    topK: int('top-k'),
+    topP: parseNumber(cmd, 'top-p', v['top-p']),
+    minP: parseNumber(cmd, 'min-p', v['min-p']),
+    repetitionPenalty: parseNumber(cmd, 'repeat-penalty', v['repeat-penalty']),
+    penaltyLastN: int('repeat-last-n'),
+    presencePenalty: parseNumber(cmd, 'presence-penalty', v['presence-penalty']),
+    frequencyPenalty: parseNumber(cmd, 'frequency-penalty', v['frequency-penalty']),
+    seed: int('seed'),
+  };
+}
+
+export const command: Command = {
+  summary: 'generate text from a prompt (ids or text; greedy or sampled), with a run report',
+  help: `usage: k3 run MODEL (--ids 1,2,3 | --prompt TEXT | --prompt-file F) [--max-tokens N] [--chat] [--json] [options]
+
+Prefills the prompt, then generates up to N tokens (default 16), greedily (argmax, first maximum
+wins) unless --temperature > 0. Without --chat, generation is not stopped at EOS (use
+--stop-at-eos). Text prompts need the tokenizer files (tiktoken.model, tokenizer_config.json) in
+MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run report
+(s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
+JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
+(stop_reason: stop_token, stop_string or max_tokens).
 
   --tok DIR         tokenizer directory (default: MODEL)
+  --max-tokens N    tokens to generate at most (alias: --gen; default 16)
+  --chat            wrap the prompt as one user message in the model's chat format (K3's for K3
+                    models, K2's otherwise) with the generation prompt; stops at end of message
+  --system TEXT     with --chat: a system message first
+  --stop-at-eos     stop at the end-of-message / eos tokens without --chat
+${SAMPLING_HELP}
 ${MODEL_HELP}`,
   async run(args) {
-    const { values, positionals } = parse('run', args, { ids: { type: 'string' }, prompt: { type: 'string' }, 'prompt-file': { type: 'string' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, ...MODEL_OPTIONS }, 1);
+    const { values, positionals } = parse(
+      'run',
+      args,
+      { ids: { type: 'string' }, prompt: { type: 'string' }, 'prompt-file': { type: 'string' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      1,
+    );
     const dir = positionals[0]!;
     const given = [values.ids, values.prompt, values['prompt-file']].filter((v) => v !== undefined).length;
     if (given !== 1) throw new UserError('run: give exactly one of --ids, --prompt, --prompt-file');
-    const gen = parseIntFlag('run', 'gen', values.gen, 16, 1);
+    if (values.gen !== undefined && values['max-tokens'] !== undefined && values.gen !== values['max-tokens']) throw new UserError('run: --gen and --max-tokens disagree (they are the same option)');
+    const gen = parseIntFlag('run', values['max-tokens'] !== undefined ? 'max-tokens' : 'gen', values['max-tokens'] ?? values.gen, 16, 1);
+    const sampler = new Sampler(samplingFromFlags('run', values));
+    if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
+    if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
     const tokDir = values.tok ?? dir;
     const hasTok = fs.existsSync(path.join(tokDir, 'tiktoken.model'));
     const tok = hasTok ? await loadTokenizer(tokDir) : null;
+    const stopStrings = values.stop ?? [];
+    if (stopStrings.length > 0 && !tok) throw new UserError(`run: --stop needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
     let ids: number[];
+    let text: string | undefined;
     if (values.ids) ids = parseIds('run', values.ids);
     else {
       if (!tok) throw new UserError(`run: text prompts need tiktoken.model in ${tokDir} (or --tok DIR)`);
-      let text = values.prompt;
+      text = values.prompt;
       if (text === undefined) {
         try {
           text = fs.readFileSync(values['prompt-file']!, 'utf8');
@@ -41,22 +126,38 @@ ${MODEL_HELP}`,
           throw new UserError(`run: cannot read ${values['prompt-file']}`);
         }
       }
-      ids = tok.encode(text);
+      ids = [];
     }
     const { model, chunk } = openModel('run', dir, values);
     try {
+      const cfg = model.config;
+      if (text !== undefined) {
+        if (values.chat) {
+          const messages: ChatMessage[] = [...(values.system !== undefined ? [{ role: 'system', content: values.system }] : []), { role: 'user', content: text }];
+          ids = renderChat(tok!, messages, { format: cfg.arch === 'k3' ? 'k3' : 'k2', addGenerationPrompt: true }).ids;
+        } else ids = tok!.encode(text);
+      }
+      const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];
+      const stopIds = !stopAtEos ? [] : tok ? usableStopIds(tok, stopTokenIds(tok, cfg.eosTokenIds), cfg.vocabSize) : cfg.eosTokenIds;
+      const stopper = new TextStopper(tok, { stopIds, stopStrings, maxTokens: gen });
       const rec = new RunRecorder(model.store);
-      const stream = tok?.streamDecoder();
+      const V = cfg.vocabSize;
       const r = await greedy(model, model.newState(), ids, gen, {
         chunk,
         recorder: rec,
-        onToken: values.json ? undefined : (id) => void process.stdout.write(stream ? stream.push(id) : `${id} `),
+        pick: (logits, generated) => sampler.sample(logits, sampler.opts.repetitionPenalty === 1 && sampler.opts.presencePenalty === 0 && sampler.opts.frequencyPenalty === 0 ? [] : [...ids, ...generated], V),
+        onToken: (id) => {
+          const { text: t, stop } = stopper.push(id);
+          if (!values.json) process.stdout.write(tok ? t : `${id} `);
+          return stop;
+        },
       });
+      const rest = stopper.finish();
       const sum = rec.summary();
       if (values.json) {
-        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.generated, ...(tok ? { text: tok.decode(r.generated) } : {}), architecture: model.config.arch, ...sum }));
+        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.generated, ...(tok ? { text: stopper.text } : {}), stop_reason: stopper.reason, architecture: cfg.arch, ...sum }));
       } else {
-        process.stdout.write((stream ? stream.flush() : '') + '\n');
+        process.stdout.write(rest + '\n');
         process.stderr.write(formatSummary(sum) + '\n');
       }
     } finally {
