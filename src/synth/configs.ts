@@ -8,8 +8,14 @@ import type { ResolvedSynth, SynthDims } from './dims.js';
 
 type Json = Record<string, unknown>;
 
-/** K3 special ids sit at fixed distances from the vocabulary's end (163584 / 163586 / 163839 / 163605 of 163840). */
-export function k3TokenIds(vocab: number): { bos: number; eos: number; pad: number; media: number } {
+/**
+ * K3 special ids sit at fixed distances from the vocabulary's end (163584 / 163586 / 163839 /
+ * 163605 of 163840). The demo model's built-in tokenizer has only the last 16 slots special
+ * (src/tokenizer/demo.ts: [BOS], [EOS], <|end_of_msg|>, … , <|media_pad|> at +13, [PAD] last), so
+ * its config points at those: eos is <|end_of_msg|>, as in the real config.
+ */
+export function k3TokenIds(vocab: number, preset?: string): { bos: number; eos: number; pad: number; media: number } {
+  if (preset === 'demo') return { bos: vocab - 16, eos: vocab - 14, pad: vocab - 1, media: vocab - 3 };
   return { bos: vocab - 256, eos: vocab - 254, pad: vocab - 1, media: vocab - 235 };
 }
 
@@ -89,7 +95,7 @@ export const K3_VISION = { vtHidden: 32, mmHidden: 32, patch: 14 };
 
 function k3Config(r: ResolvedSynth): Json {
   const d = r.dims;
-  const ids = k3TokenIds(d.vocab);
+  const ids = k3TokenIds(d.vocab, r.preset);
   const text: Json = {
     _name_or_path: '',
     add_cross_attention: false,

@@ -23,7 +23,7 @@ export { planCheckpoint } from './plan.js';
 export { buildConfig } from './configs.js';
 
 /** Bump when the bytes written for the same options change. */
-export const SYNTH_FORMAT_VERSION = 1;
+export const SYNTH_FORMAT_VERSION = 2;
 
 export interface SynthResult {
   dir: string;
