@@ -53,7 +53,7 @@ ${MODEL_HELP}`,
     new Sampler(sampling); // check the ranges before loading anything
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model')) && fs.existsSync(dir)) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
-    const { model, chunk } = openModel('chat', dir, values);
+    const { model, chunk } = await openModel('chat', dir, values);
     try {
       const tok = await loadTokenizer(tokDir);
       const session = new ChatSession(model, tok, {

@@ -1,6 +1,7 @@
 // Flags every model-running command shares, and opening the model they name.
 
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
@@ -14,6 +15,9 @@ export const MODEL_OPTIONS = {
   preset: { type: 'string' },
   ctx: { type: 'string' },
   chunk: { type: 'string' },
+  threads: { type: 'string' },
+  kernels: { type: 'string' },
+  'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
 } as const;
@@ -25,6 +29,9 @@ export const MODEL_HELP = `model options:
                                    8 GiB, 32 GiB, 128 GiB, 512 GiB, everything resident, or 90% of
                                    available memory (cgroup limit included; the default)
   --ctx N                          context length the attention cache is planned for (default 4096)
+  --threads N                      compute threads (default: available cores; results do not depend on it)
+  --kernels wasm|ref               WebAssembly SIMD kernels (default) or the TypeScript reference
+  --no-preload                     read resident weights on first use instead of at start
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
                                    or the config's rms_norm_eps (vLLM, llama.cpp)
@@ -35,11 +42,14 @@ export interface ModelFlags {
   preset?: string;
   ctx?: string;
   chunk?: string;
+  threads?: string;
+  kernels?: string;
+  'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
 }
 
-export function openModel(cmd: string, dir: string, flags: ModelFlags): { model: Model; chunk: number } {
+export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
   if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
   if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
   const eps = flags['mla-latent-eps'];
@@ -49,7 +59,13 @@ export function openModel(cmd: string, dir: string, flags: ModelFlags): { model:
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
   const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined;
-  return { model: Model.open(dir, { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } }), chunk };
+  const kernels = flags.kernels ?? 'wasm';
+  if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
+  const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
+  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } };
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads });
+  if (!flags['no-preload']) await model.store.preload();
+  return { model, chunk };
 }
 
 /** Write a file so that it appears only complete: a temporary name, then rename. */

@@ -17,7 +17,7 @@ ${MODEL_HELP}`,
     if (!values.ids) throw new UserError('logits: --ids is required');
     if (!values.out) throw new UserError('logits: --out is required');
     const ids = parseIds('logits', values.ids);
-    const { model, chunk } = openModel('logits', positionals[0]!, values);
+    const { model, chunk } = await openModel('logits', positionals[0]!, values);
     try {
       const logits = await model.forward(model.newState(), ids, 'all', chunk);
       writeFileAtomic(values.out, encodeNpyF32(logits, [ids.length, model.config.vocabSize]));

@@ -128,7 +128,7 @@ ${MODEL_HELP}`,
       }
       ids = [];
     }
-    const { model, chunk } = openModel('run', dir, values);
+    const { model, chunk } = await openModel('run', dir, values);
     try {
       const cfg = model.config;
       if (text !== undefined) {

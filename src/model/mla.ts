@@ -4,7 +4,9 @@
 // token exactly as decode does, so every position's numbers are the same either way.
 
 import type { Mat } from '../store/mat.js';
-import { dot, decodeRow, matvecT } from '../kernels/ref.js';
+import { dot } from '../kernels/ref.js';
+import { matmul, matvecT } from '../kernels/dispatch.js';
+import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../kernels/types.js';
 import { linear, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
@@ -91,7 +93,7 @@ function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: n
   const dq = dn + dr;
   const qLat = new Float32Array(Lk);
   const oLat = new Float32Array(Lk);
-  const vRow = new Float32Array(Lk);
+  const oH = new Float32Array(dv);
   for (let t = 0; t < T; t++) {
     const pos = p0 + t;
     const n = pos + 1;
@@ -116,10 +118,8 @@ function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: n
         for (let i = 0; i < Lk; i++) oLat[i] = oLat[i]! + fr(P * cache.lat[c + i]!);
       }
       // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv)
-      for (let j = 0; j < dv; j++) {
-        decodeRow(kvb, h * (dn + dv) + dn + j, vRow);
-        out[t * H * dv + h * dv + j] = dot(vRow, 0, oLat, 0, Lk);
-      }
+      matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat, 1, oH);
+      out.set(oH, t * H * dv + h * dv);
     }
   }
 }

@@ -4,6 +4,7 @@
 
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
 import { WeightStore, type StoreOptions } from '../store/store.js';
+import { KernelGroup, activeKernels, useKernels } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
@@ -24,9 +25,36 @@ export class Model {
     this.block = makeBlock(store.cfg, store);
   }
 
-  /** Open a checkpoint with a memory budget (default: everything resident). */
+  private kernels: KernelGroup | null = null;
+
+  /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Model {
     return new Model(WeightStore.open(dir, opts));
+  }
+
+  /**
+   * Open a checkpoint with the WebAssembly kernels on `threads` threads: weight memory is
+   * allocated inside the kernels' memories so they multiply straight from it. Same numbers as
+   * `open` (docs/NUMERICS.md). One such model per process (the kernels are routed globally).
+   */
+  static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean } = {}): Promise<Model> {
+    const plan = WeightStore.plan(dir, opts);
+    const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
+    const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(dir, opts) });
+    try {
+      const model = new Model(WeightStore.open(dir, { ...opts, alloc: (n) => group.alloc(n) }));
+      model.kernels = group;
+      useKernels(group);
+      return model;
+    } catch (e) {
+      await group.close();
+      throw e;
+    }
+  }
+
+  /** Threads the kernels run on (1 for the TypeScript reference). */
+  get threads(): number {
+    return this.kernels?.threads ?? 1;
   }
 
   newState(): SequenceState {
@@ -57,5 +85,10 @@ export class Model {
 
   async close(): Promise<void> {
     await this.store.close();
+    if (this.kernels) {
+      if (activeKernels() === this.kernels) useKernels(null);
+      await this.kernels.close();
+      this.kernels = null;
+    }
   }
 }

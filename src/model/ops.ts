@@ -2,7 +2,7 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import { matmul } from '../kernels/ref.js';
+import { matmul } from '../kernels/dispatch.js';
 import type { Mat } from '../store/mat.js';
 
 const fr = Math.fround;

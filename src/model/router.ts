@@ -3,9 +3,8 @@
 // (unless the Kimi Linear HF quirk is switched on), renormalized, then scaled.
 // Ties break by the lower expert index; the returned order is descending selection score.
 
-import { dot, decodeRow } from '../kernels/ref.js';
 import type { Mat } from '../store/mat.js';
-import { sigmoid } from './ops.js';
+import { linear, sigmoid } from './ops.js';
 
 const fr = Math.fround;
 
@@ -29,15 +28,7 @@ export interface Routing {
 /** Route T tokens x [T, D] with gate weight [E, D] and correction bias [E]. */
 export async function route(cfg: RouterConfig, gate: Mat, bias: Float32Array, x: Float32Array, T: number): Promise<Routing> {
   const E = cfg.experts;
-  const D = gate.cols;
-  const rowBuf = new Float32Array(D);
-  const logits = new Float32Array(T * E);
-  await gate.parts((v, r0) => {
-    for (let e = 0; e < v.rows; e++) {
-      decodeRow(v, e, rowBuf);
-      for (let t = 0; t < T; t++) logits[t * E + r0 + e] = dot(rowBuf, 0, x, t * D, D);
-    }
-  });
+  const logits = await linear(gate, x, T); // [T, E], f32 canonical dots
   const ids: Int32Array[] = [];
   const weights: Float32Array[] = [];
   const s = new Float32Array(E);

@@ -4,6 +4,7 @@
 // after it returns the store may reuse the memory.
 
 import type { WeightFormat, WeightView } from '../kernels/types.js';
+import { decodeRow } from '../kernels/ref.js';
 
 export interface Mat {
   readonly name: string;
@@ -32,14 +33,21 @@ export function residentMat(view: WeightView): Mat {
   };
 }
 
-/** Rows [r0, r1) of a view as a view of its own (r0 a multiple of 128 for fp8 block scales). */
+/**
+ * Rows [r0, r1) of a view as a view of its own. An fp8 slice that does not start on a 128-row
+ * scale block is decoded to its exact f32 values instead (same numbers, no shared scale rows).
+ */
 export function rowSlice(v: WeightView, r0: number, r1: number): WeightView {
   if (r0 === 0 && r1 === v.rows) return v;
+  if (v.format === 'fp8' && r0 % 128 !== 0) {
+    const f = new Float32Array((r1 - r0) * v.cols);
+    for (let r = r0; r < r1; r++) decodeRow(v, r, f.subarray((r - r0) * v.cols, (r - r0 + 1) * v.cols));
+    return { name: `${v.name}[${r0}:${r1}]`, format: 'f32', rows: r1 - r0, cols: v.cols, data: new Uint8Array(f.buffer) };
+  }
   const rowBytes = v.data.byteLength / v.rows;
   const out: WeightView = { ...v, name: `${v.name}[${r0}:${r1}]`, rows: r1 - r0, data: v.data.subarray(r0 * rowBytes, r1 * rowBytes) };
   if (v.scale) {
     if (v.format === 'fp8') {
-      if (r0 % 128 !== 0) throw new Error(`rowSlice: fp8 slice must start at a multiple of 128 rows (${r0})`);
       const sRow = (v.scale.byteLength / Math.ceil(v.rows / 128));
       out.scale = v.scale.subarray((r0 / 128) * sRow, Math.ceil(r1 / 128) * sRow);
     } else {

@@ -84,7 +84,11 @@ export interface StoreOptions {
   chunk?: number;
   reader?: ByteReader;
   maxPiece?: number;
+  /** Where weight memory comes from (kernel memory, so kernels use the bytes in place); default plain memory. */
+  alloc?: (bytes: number) => Uint8Array;
 }
+
+const plainAlloc = (bytes: number): Uint8Array => new Uint8Array(bytes);
 
 export class WeightStore {
   readonly plan: Plan;
@@ -105,11 +109,12 @@ export class WeightStore {
     budget: number,
     ctx: number,
     chunk: number,
+    private readonly alloc: (bytes: number) => Uint8Array = plainAlloc,
   ) {
     this.plan = makePlan(cfg, layout, budget, ctx, chunk);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
-    this.ring = new Ring(new Uint8Array(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
+    this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
     this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (_l, _e, slot) => {
       if (slot !== undefined) this.freeSlots.push(slot);
     });
@@ -119,13 +124,21 @@ export class WeightStore {
   /** Open a checkpoint directory with a memory budget (default: everything resident). */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): WeightStore {
     const { cfg, entries, layout, budget, ctx, chunk } = prepare(dir, opts);
-    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), budget, ctx, chunk);
+    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), budget, ctx, chunk, opts.alloc);
   }
 
   /** The plan `open` would make, without refusing a budget below the floor or opening files. */
   static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
     const { cfg, layout, budget, ctx, chunk } = prepare(dir, opts);
     return makePlan(cfg, layout, budget, ctx, chunk);
+  }
+
+  /** Widest matrix the kernels must handle (columns). */
+  static maxCols(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): number {
+    const { cfg, layout } = prepare(dir, opts);
+    let m = cfg.hiddenSize;
+    for (const t of layout.matrices.values()) m = Math.max(m, t.cols);
+    return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
   }
 
   private async readRange(r: Range, into: Uint8Array): Promise<void> {
@@ -149,7 +162,7 @@ export class WeightStore {
     }
     let e = this.pinned.get(p.seq);
     if (!e) {
-      const buf = new Uint8Array(p.bytes);
+      const buf = this.alloc(p.bytes);
       e = { buf, ready: this.readPiece(p, buf) };
       this.pinned.set(p.seq, e);
     }
@@ -297,7 +310,7 @@ export class WeightStore {
   private slot(i: number): Uint8Array {
     let s = this.slots[i];
     if (!s) {
-      s = new Uint8Array(this.layout.expertBytes);
+      s = this.alloc(this.layout.expertBytes);
       this.slots[i] = s;
     }
     return s;
@@ -331,6 +344,24 @@ export class WeightStore {
         await use(e, this.expertWeights(l, e, this.slot(si)));
       }
     }
+  }
+
+  /**
+   * Read everything the plan keeps resident now, instead of on first use: the pinned trunk and,
+   * when the cache holds every expert, all experts. Makes the first tokens as fast as the rest.
+   */
+  async preload(): Promise<void> {
+    const pins = this.layout.sequence.slice(0, this.plan.pinnedPieces);
+    for (let i = 0; i < pins.length; i += 8) {
+      await Promise.all(pins.slice(i, i + 8).map(async (p) => this.releasePiece((await this.acquirePiece(p), p))));
+    }
+    if (this.plan.expertSlots > 0 && this.plan.expertSlots >= this.plan.expertsTotal) {
+      const all = Array.from({ length: this.cfg.moe.experts }, (_, e) => e);
+      for (let l = 0; l < this.cfg.numLayers; l++) {
+        if (this.cfg.layers[l]!.ffn === 'moe') await this.experts(l, all, async () => {});
+      }
+    }
+    this.stats.ioWaitMs = 0;
   }
 
   get ringStats() {

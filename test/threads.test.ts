@@ -1,0 +1,57 @@
+// The WebAssembly kernels on worker threads give the bytes of the TypeScript reference, for
+// threads 1 and 2, relaxed SIMD on and off, every prefill chunk size, and a streaming budget
+// (weights read into kernel memory through the ring). Golden tolerances hold on this path too.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { GOLDEN, sameBytes } from './helpers.js';
+import { Model } from '../src/model/model.js';
+import { WeightStore } from '../src/store/store.js';
+import { readNpyF32 } from '../src/util/npy.js';
+
+const CASES = ['k2-yarn', 'k2-thinking-int4', 'kimi-linear', 'k3'];
+
+for (const name of CASES) {
+  test(`${name}: wasm kernels (threads 1/2, relaxed on/off, chunks 1/7/64, floor budget) == reference bytes`, async () => {
+    const dir = path.join(GOLDEN, name);
+    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 20);
+    const ref = Model.open(dir, { ctx: 64 });
+    const want = await ref.forward(ref.newState(), ids, 'all');
+    await ref.close();
+    const floor = WeightStore.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
+    const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number }[] = [
+      { threads: 1, relaxed: true, chunk: 64 },
+      { threads: 2, relaxed: true, chunk: 64 },
+      { threads: 2, relaxed: false, chunk: 1 },
+      { threads: 1, relaxed: false, chunk: 7 },
+      { threads: 2, relaxed: true, chunk: 7, budget: floor, maxPiece: 8192 },
+    ];
+    for (const v of variants) {
+      const m = await Model.load(dir, { ctx: 64, threads: v.threads, relaxed: v.relaxed, chunk: v.chunk, budget: v.budget, maxPiece: v.maxPiece });
+      try {
+        assert.equal(m.threads, v.threads);
+        const got = await m.forward(m.newState(), ids, 'all', v.chunk);
+        assert.ok(sameBytes(got, want), `${JSON.stringify(v)}: logits differ from the reference`);
+      } finally {
+        await m.close();
+      }
+    }
+  });
+}
+
+test('k3 golden tolerance on the wasm path (300-token prompt < 5e-3)', async () => {
+  const dir = path.join(GOLDEN, 'k3');
+  const ids = JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).long as number[];
+  const m = await Model.load(dir, { threads: 2 });
+  try {
+    const got = await m.forward(m.newState(), ids, 'all');
+    const gold = readNpyF32(path.join(dir, 'logits-long.npy')).data;
+    let d = 0;
+    for (let i = 0; i < got.length; i++) d = Math.max(d, Math.abs(got[i]! - gold[i]!));
+    assert.ok(d < 5e-3, `max |diff| ${d}`);
+  } finally {
+    await m.close();
+  }
+});
