@@ -1,0 +1,21 @@
+// `k3 bench`: the llama-bench style table as JSON (rows per thread count, kernel rows).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { CLI, GOLDEN } from './helpers.js';
+
+test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel rows', () => {
+  const r = spawnSync(process.execPath, [CLI, 'bench', path.join(GOLDEN, 'k3'), '-p', '8', '-n', '4', '-r', '2', '--threads-list', '1,2', '--json'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const j = JSON.parse(r.stdout);
+  assert.equal(j.arch, 'k3');
+  assert.deepEqual(j.rows.map((x: { test: string; threads: number }) => `${x.test}@${x.threads}`), ['pp8@1', 'tg4@1', 'pp8@2', 'tg4@2']);
+  for (const row of j.rows) {
+    assert.equal(row.tokens_per_second.runs.length, 2);
+    assert.ok(row.tokens_per_second.mean > 0 && row.tokens_per_second.sd >= 0);
+  }
+  assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'bf16'));
+  assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'mxfp4'));
+});
