@@ -1,0 +1,543 @@
+// Side by side with llama.cpp (issue 5, item 5): the same random K3-shaped weights in the official
+// layout (read by this engine) and as GGUF (read by the llama.cpp that node-llama-cpp@3.21.1
+// bundles, architecture `kimi-k3`, CPU only).
+//
+// 1. Agreement. A small K3 (the `demo` dims) with BF16 routed experts, so that the GGUF holds every
+//    weight as F32 exactly (llama.cpp rounds activations to 8 bits in MXFP4 matmuls, so MXFP4
+//    experts would drift by design). One prompt of ids through both engines; we compare the
+//    next-token distribution after the prompt and along a greedy continuation. node-llama-cpp
+//    exposes probabilities, not logits: it softmaxes llama.cpp's raw logits in f32, so we compare
+//    log-probabilities (= logits up to the constant softmax removes). llama.cpp's numbers depend
+//    on its batch size (a prompt in one ubatch runs the chunked KDA path and batched matmuls;
+//    one token per ubatch runs the recurrent path): both are shown.
+//    llama.cpp keeps its KV cache (for MLA: the normalized latent and the rope part) in F16 by
+//    default, which alone moves log-probabilities by ~5e-4 here; the agreement contexts use an F32
+//    cache. Our engine runs with the MLA latent-norm epsilon of config.json (rms_norm_eps, as
+//    llama.cpp) instead of its 1e-6 default; the one remaining known difference is the KDA q/k L2
+//    norm (x/sqrt(Σx²+1e-6) here, x/max(‖x‖, 1e-5) in llama.cpp).
+// 2. Speed. The k3-medium shape (vocab 32768, hidden 2048, 9 layers with MLA at 4, 8, 9, 16 KDA
+//    heads of 128, 16 MLA heads, q-LoRA 512, kv-LoRA 256, dense 8192, 64 experts top-8 of 768 in
+//    a 1024 latent, 2 shared) with MXFP4 experts; GGUF with an F16 trunk (BF16 in our checkpoint)
+//    and the MXFP4 experts repacked losslessly. Prompt processing (pp) and decode (tg) tok/s at
+//    threads 1 and 2 for llama.cpp, and for our engine at the thread counts it supports, then the
+//    ratio ours / llama.cpp. Decode runs right after the prompt (a 64-token context). llama.cpp
+//    runs as it does by default (F16 KV cache, 8-bit activations in the MXFP4 expert matmuls).
+//
+// Checkpoints and GGUFs are written under models/bench/ (git-ignored) and reused when present.
+//
+// Usage: npm run build && node dist/bench/vs-llama-cpp.js [options]
+//   --only agree|speed     run one part (default both)
+//   --models DIR           where checkpoints / GGUFs live (default <repo>/models/bench)
+//   --pp N                 prompt tokens (default 64)          --tg N        llama.cpp decode tokens (default 32)
+//   --ours-pp N            our prompt tokens (default = --pp)  --ours-tg N   our decode tokens (default
+//                          = --tg with the fast kernels, 8 with the reference kernels)
+//   --threads LIST         llama.cpp threads (default 1,2)     --ours-threads LIST  ours (default = --threads
+//                          with the fast kernels, 1 with the reference kernels)
+//   --ours-kernels auto|ref  auto: Model.load (WebAssembly, threads) when the engine has it, else the
+//                          TypeScript reference (Model.open, 1 thread); ref: always the reference
+//   --reps N               llama.cpp repetitions (default 5)   --ours-reps N (default = --reps with the
+//                          fast kernels, 1 with the reference kernels)
+//   --trunk f16|bf16|f32   GGUF trunk type for the speed part (default f16)
+//   --json                 print one JSON object instead of tables
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Model } from '../src/model/model.js';
+import { argmax } from '../src/generate/greedy.js';
+import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
+import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf.js';
+
+type NodeLlamaCpp = typeof import('node-llama-cpp');
+type LlamaModelT = import('node-llama-cpp').LlamaModel;
+type LlamaT = import('node-llama-cpp').Llama;
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** node-llama-cpp, or null when it is not installed (it is an optional devDependency for benches). */
+export async function loadNodeLlamaCpp(): Promise<NodeLlamaCpp | null> {
+  try {
+    return await import('node-llama-cpp');
+  } catch {
+    return null;
+  }
+}
+
+/** A CPU-only llama.cpp instance with exact thread counts (maxThreads 0: no cap, no sharing). */
+export async function cpuLlama(nlc: NodeLlamaCpp): Promise<LlamaT> {
+  return nlc.getLlama({ gpu: false, build: 'never', maxThreads: 0, logLevel: nlc.LlamaLogLevel.error, progressLogs: false });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints and GGUFs (cached)
+
+/** Synthesize (or reuse) a checkpoint, then write (or reuse) its GGUF. */
+export async function prepareModel(
+  synth: SynthOptions,
+  gguf: string,
+  conv: { trunk: TrunkFormat; experts: ExpertsGgufFormat },
+  log: (s: string) => void = () => {},
+): Promise<{ dir: string; gguf: string; ggufBytes: number; params: number; checkpointBytes: number }> {
+  // These directories belong to the bench: replace one written by another synth version or options.
+  const s = await synthCheckpoint({ ...synth, force: true });
+  if (!s.skipped) log(`  synthesized ${s.dir} (${(s.bytes / 1e9).toFixed(2)} GB) in ${s.seconds.toFixed(1)} s`);
+  const stampFile = `${gguf}.json`;
+  const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
+  let params: number;
+  let stampOk = false;
+  try {
+    stampOk = fs.existsSync(gguf) && JSON.parse(fs.readFileSync(stampFile, 'utf8')).stamp === stamp;
+  } catch {
+    stampOk = false;
+  }
+  if (stampOk) {
+    params = JSON.parse(fs.readFileSync(stampFile, 'utf8')).params;
+  } else {
+    const t1 = performance.now();
+    const r = convertK3ToGguf(s.dir, gguf, conv);
+    params = r.params;
+    fs.writeFileSync(stampFile, JSON.stringify({ stamp, params }) + '\n');
+    log(`  wrote ${gguf} (${(r.bytes / 1e9).toFixed(2)} GB, trunk ${conv.trunk}, experts ${conv.experts}) in ${((performance.now() - t1) / 1000).toFixed(1)} s`);
+  }
+  return { dir: s.dir, gguf, ggufBytes: fs.statSync(gguf).size, params, checkpointBytes: s.bytes };
+}
+
+/** A deterministic prompt of `n` ids below `vocab - 256` (K3's special tokens sit at the top). */
+export function benchPrompt(n: number, vocab: number, seed = 12345): number[] {
+  const out: number[] = [];
+  let x = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out.push(x % Math.max(1, vocab - 256));
+  }
+  return out;
+}
+
+function logSoftmax(logits: Float32Array | Float64Array): Float64Array {
+  let max = -Infinity;
+  for (const v of logits) if (v > max) max = v;
+  let z = 0;
+  for (const v of logits) z += Math.exp(v - max);
+  const lse = max + Math.log(z);
+  const out = new Float64Array(logits.length);
+  for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - lse;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Our engine
+
+type OursLoader = (dir: string, opts: Record<string, unknown>) => Promise<Model>;
+
+/** `Model.load` (WebAssembly kernels on a worker pool, takes `threads`) when this build has it. */
+export function oursLoader(): OursLoader | null {
+  const load = (Model as unknown as { load?: OursLoader }).load;
+  return typeof load === 'function' ? load.bind(Model) : null;
+}
+
+/**
+ * Our engine: the fast kernels on `threads` threads when the engine has them (same numbers as the
+ * TypeScript reference), else the reference at 1 thread. MLA latent-norm epsilon = rms_norm_eps.
+ */
+export async function openOurs(dir: string, threads: number, kernels: 'auto' | 'ref' = 'auto'): Promise<Model> {
+  const base = { overrides: { mlaLatentNormEps: 'config' as const }, ctx: 256 };
+  const load = kernels === 'auto' ? oursLoader() : null;
+  if (load) return load(dir, { ...base, threads });
+  if (threads !== 1) throw new Error(`our engine has no thread option in this build (no Model.load): cannot run it at ${threads} threads`);
+  return Model.open(dir, base);
+}
+
+// ---------------------------------------------------------------------------------------------
+// llama.cpp side
+
+class LlamaSeq {
+  private constructor(
+    readonly ctx: import('node-llama-cpp').LlamaContext,
+    readonly seq: import('node-llama-cpp').LlamaContextSequence,
+    readonly vocab: number,
+  ) {}
+
+  /** `kvF32`: keep llama.cpp's KV cache (the MLA latent) in F32 instead of its default F16. */
+  static async create(model: LlamaModelT, vocab: number, o: { threads: number; batch: number; ctx: number; kvF32?: boolean }): Promise<LlamaSeq> {
+    const ctx = await model.createContext({
+      contextSize: o.ctx, batchSize: o.batch, threads: o.threads, sequences: 1, flashAttention: false,
+      ...(o.kvF32 ? { experimentalKvCacheKeyType: 'F32' as const, experimentalKvCacheValueType: 'F32' as const } : {}),
+    });
+    return new LlamaSeq(ctx, ctx.getSequence(), vocab);
+  }
+
+  /**
+   * Feed `ids`; for the last one, return the greedy next token and, when asked, the full
+   * log-probability vector of the next-token distribution.
+   */
+  async feed(ids: number[], withProbs: boolean): Promise<{ token: number; logp: Float64Array | null }> {
+    const input = ids.map((t, i) =>
+      i === ids.length - 1 ? ([t, { generateNext: { token: true, probabilities: withProbs, options: { temperature: 0 } } }] as [number, object]) : t,
+    ) as Parameters<import('node-llama-cpp').LlamaContextSequence['controlledEvaluate']>[0];
+    const res = await this.seq.controlledEvaluate(input);
+    const out = res[ids.length - 1];
+    const token = out?.next.token;
+    if (token === undefined || token === null) throw new Error('llama.cpp returned no token');
+    let logp: Float64Array | null = null;
+    if (withProbs) {
+      const probs = out!.next.probabilities;
+      if (!probs) throw new Error('llama.cpp returned no probabilities');
+      logp = new Float64Array(this.vocab).fill(-Infinity);
+      for (const [id, p] of probs) logp[id] = Math.log(p);
+    }
+    return { token, logp };
+  }
+
+  async reset(): Promise<void> {
+    await this.seq.clearHistory();
+  }
+
+  async dispose(): Promise<void> {
+    await this.ctx.dispose();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Agreement
+
+export interface AgreementCase {
+  llamaBatch: number;
+  /** max |Δ log p| over the vocabulary after the prompt. */
+  maxAbsLogpDiff: number;
+  /** max |Δ logit| after removing the best shared constant shift (mean of the differences). */
+  maxAbsLogitDiff: number;
+  argmaxOurs: number;
+  argmaxLlama: number;
+  /** Greedy continuations and the first index where they differ (-1: equal). */
+  greedyOurs: number[];
+  greedyLlama: number[];
+  firstDiff: number;
+  /** max |Δ log p| over all greedy steps compared (while the two sequences agree). */
+  maxAbsLogpDiffSteps: number;
+}
+
+export interface AgreementResult {
+  dir: string;
+  gguf: string;
+  promptLength: number;
+  logitRange: number;
+  cases: AgreementCase[];
+}
+
+function compareLogp(ours: Float32Array, llama: Float64Array): { maxLogp: number; maxLogit: number } {
+  const lo = logSoftmax(ours);
+  let maxLogp = 0;
+  let mean = 0;
+  for (let i = 0; i < lo.length; i++) {
+    maxLogp = Math.max(maxLogp, Math.abs(lo[i]! - llama[i]!));
+    mean += ours[i]! - llama[i]!;
+  }
+  mean /= lo.length;
+  let maxLogit = 0;
+  for (let i = 0; i < lo.length; i++) maxLogit = Math.max(maxLogit, Math.abs(ours[i]! - llama[i]! - mean));
+  return { maxLogp, maxLogit };
+}
+
+/**
+ * Run the agreement check on a checkpoint with BF16 (or F32-convertible) experts and its F32 GGUF.
+ * `batches`: llama.cpp batch sizes to try (0 = the prompt length).
+ */
+export async function agreement(
+  nlc: NodeLlamaCpp,
+  dir: string,
+  gguf: string,
+  o: { promptLength?: number; greedy?: number; batches?: number[]; threads?: number; kernels?: 'auto' | 'ref' } = {},
+): Promise<AgreementResult> {
+  const P = o.promptLength ?? 24;
+  const G = o.greedy ?? 16;
+  const ours = await openOurs(dir, 1, o.kernels ?? 'auto');
+  const V = ours.config.vocabSize;
+  const prompt = benchPrompt(P, V);
+  // Ours: logits after the prompt and along its own greedy continuation.
+  const state = ours.newState();
+  let logits = await ours.forward(state, prompt, 'last');
+  const oursSteps: Float32Array[] = [logits];
+  const greedyOurs: number[] = [];
+  for (let i = 0; i < G; i++) {
+    const id = argmax(logits, 0, V);
+    greedyOurs.push(id);
+    if (i === G - 1) break;
+    logits = await ours.forward(state, [id], 'last');
+    oursSteps.push(logits);
+  }
+  await ours.close();
+  let lmin = Infinity;
+  let lmax = -Infinity;
+  for (const v of oursSteps[0]!) {
+    lmin = Math.min(lmin, v);
+    lmax = Math.max(lmax, v);
+  }
+
+  const llama = await cpuLlama(nlc);
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
+  const cases: AgreementCase[] = [];
+  try {
+    for (const b of o.batches ?? [0, 1]) {
+      const batch = b === 0 ? P : b;
+      const s = await LlamaSeq.create(model, V, { threads: o.threads ?? 1, batch, ctx: Math.max(256, P + G + 8), kvF32: true });
+      try {
+        let r = await s.feed(prompt, true);
+        const first = compareLogp(oursSteps[0]!, r.logp!);
+        const greedyLlama: number[] = [];
+        let maxSteps = first.maxLogp;
+        let firstDiff = -1;
+        for (let i = 0; i < G; i++) {
+          greedyLlama.push(r.token);
+          if (firstDiff < 0 && r.token !== greedyOurs[i]) firstDiff = i;
+          if (i === G - 1) break;
+          r = await s.feed([r.token], firstDiff < 0);
+          if (firstDiff < 0) maxSteps = Math.max(maxSteps, compareLogp(oursSteps[i + 1]!, r.logp!).maxLogp);
+        }
+        cases.push({
+          llamaBatch: batch,
+          maxAbsLogpDiff: first.maxLogp,
+          maxAbsLogitDiff: first.maxLogit,
+          argmaxOurs: greedyOurs[0]!,
+          argmaxLlama: greedyLlama[0]!,
+          greedyOurs,
+          greedyLlama,
+          firstDiff,
+          maxAbsLogpDiffSteps: maxSteps,
+        });
+      } finally {
+        await s.dispose();
+      }
+    }
+  } finally {
+    await model.dispose();
+    await llama.dispose();
+  }
+  return { dir, gguf, promptLength: P, logitRange: lmax - lmin, cases };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Speed
+
+export interface SpeedRow {
+  engine: 'llama.cpp' | 'ours';
+  threads: number;
+  pp: number;
+  ppTokS: number[];
+  tg: number;
+  tgTokS: number[];
+}
+
+const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
+const sd = (a: number[]) => {
+  if (a.length < 2) return 0;
+  const m = mean(a);
+  return Math.sqrt(a.reduce((s, x) => s + (x - m) ** 2, 0) / (a.length - 1));
+};
+
+async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { threads: number[]; pp: number; tg: number; reps: number }, log: (s: string) => void): Promise<SpeedRow[]> {
+  const llama = await cpuLlama(nlc);
+  const model = await llama.loadModel({ modelPath: gguf, gpuLayers: 0 });
+  const rows: SpeedRow[] = [];
+  const prompt = benchPrompt(o.pp, vocab, 777);
+  try {
+    for (const t of o.threads) {
+      const s = await LlamaSeq.create(model, vocab, { threads: t, batch: o.pp, ctx: Math.max(256, o.pp + o.tg + 8) });
+      const row: SpeedRow = { engine: 'llama.cpp', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
+      try {
+        // Warm-up (graph allocation, page faults of the mmap).
+        let r = await s.feed(prompt.slice(0, Math.min(8, o.pp)), false);
+        await s.feed([r.token], false);
+        for (let rep = 0; rep < o.reps; rep++) {
+          await s.reset();
+          const t0 = performance.now();
+          r = await s.feed(prompt, false);
+          const t1 = performance.now();
+          for (let i = 0; i < o.tg; i++) r = await s.feed([r.token], false);
+          const t2 = performance.now();
+          row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
+          row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
+        }
+      } finally {
+        await s.dispose();
+      }
+      log(`  llama.cpp t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+      rows.push(row);
+    }
+  } finally {
+    await model.dispose();
+    await llama.dispose();
+  }
+  return rows;
+}
+
+async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: number; reps: number; kernels: 'auto' | 'ref' }, log: (s: string) => void): Promise<SpeedRow[]> {
+  const rows: SpeedRow[] = [];
+  for (const t of o.threads) {
+    const model = await openOurs(dir, t, o.kernels);
+    const V = model.config.vocabSize;
+    const prompt = benchPrompt(o.pp, V, 777);
+    const row: SpeedRow = { engine: 'ours', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
+    try {
+      // Warm-up: the first forward reads the weights in.
+      await model.forward(model.newState(), prompt.slice(0, 2), 'last');
+      for (let rep = 0; rep < o.reps; rep++) {
+        const state = model.newState();
+        const t0 = performance.now();
+        let logits = await model.forward(state, prompt, 'last');
+        const t1 = performance.now();
+        for (let i = 0; i < o.tg; i++) logits = await model.forward(state, [argmax(logits, 0, V)], 'last');
+        const t2 = performance.now();
+        row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
+        row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
+      }
+    } finally {
+      await model.close();
+    }
+    log(`  ours      t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+    rows.push(row);
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CLI
+
+function fmt(a: number[]): string {
+  if (a.length === 0) return '-';
+  const m = mean(a);
+  const digits = m >= 100 ? 1 : m >= 10 ? 2 : 3;
+  return a.length > 1 ? `${m.toFixed(digits)} ± ${sd(a).toFixed(digits)}` : m.toFixed(digits);
+}
+
+function table(head: string[], rows: string[][]): string {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (r: string[]) => '| ' + r.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join(' | ') + ' |';
+  return [line(head), '|' + w.map((x, i) => (i === 0 ? '-'.repeat(x + 2) : '-'.repeat(x + 1) + ':')).join('|') + '|', ...rows.map(line)].join('\n');
+}
+
+const intList = (s: string) => s.split(',').map((x) => {
+  const n = Number(x.trim());
+  if (!Number.isInteger(n) || n < 1) throw new Error(`not a positive integer: ${x}`);
+  return n;
+});
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      only: { type: 'string' },
+      models: { type: 'string' },
+      pp: { type: 'string', default: '64' },
+      tg: { type: 'string', default: '32' },
+      'ours-pp': { type: 'string' },
+      'ours-tg': { type: 'string' },
+      threads: { type: 'string', default: '1,2' },
+      'ours-threads': { type: 'string' },
+      'ours-kernels': { type: 'string', default: 'auto' },
+      reps: { type: 'string', default: '5' },
+      'ours-reps': { type: 'string' },
+      trunk: { type: 'string', default: 'f16' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    const src = fs.readFileSync(fileURLToPath(import.meta.url), 'utf8');
+    const usage = src.split('\n').filter((l) => l.startsWith('//')).map((l) => l.replace(/^\/\/ ?/, ''));
+    console.log(usage.slice(usage.findIndex((l) => l.startsWith('Usage'))).join('\n'));
+    return;
+  }
+  const json = values.json;
+  const log = (s: string) => { if (!json) console.log(s); else console.error(s); };
+  const only = values.only;
+  if (only && only !== 'agree' && only !== 'speed') throw new Error('--only takes agree or speed');
+  const trunk = values.trunk as TrunkFormat;
+  if (!['f16', 'bf16', 'f32'].includes(trunk)) throw new Error('--trunk takes f16, bf16 or f32');
+  const modelsDir = path.resolve(values.models ?? path.join(ROOT, 'models', 'bench'));
+  const pp = intList(values.pp)[0]!;
+  const tg = intList(values.tg)[0]!;
+  const oursPp = intList(values['ours-pp'] ?? values.pp)[0]!;
+  const kernels = values['ours-kernels'] as 'auto' | 'ref';
+  if (kernels !== 'auto' && kernels !== 'ref') throw new Error('--ours-kernels takes auto or ref');
+  const fast = kernels === 'auto' && oursLoader() !== null;
+  const threads = intList(values.threads);
+  // The reference kernels are single-threaded and slow: fewer decode tokens by default.
+  const oursTg = intList(values['ours-tg'] ?? (fast ? values.tg : '8'))[0]!;
+  const oursThreads = intList(values['ours-threads'] ?? (fast ? values.threads : '1'));
+  const oursReps = intList(values['ours-reps'] ?? (fast ? values.reps : '1'))[0]!;
+  const reps = intList(values.reps)[0]!;
+
+  const nlc = await loadNodeLlamaCpp();
+  if (!nlc) throw new Error('node-llama-cpp is not installed: run `npm install` (it is a devDependency)');
+  const report: Record<string, unknown> = { node_llama_cpp: '3.21.1' };
+
+  if (!only || only === 'agree') {
+    log('== Agreement: K3 demo dims, BF16 experts; GGUF all F32 ==');
+    const m = await prepareModel(
+      { arch: 'k3', preset: 'demo', expertsFormat: 'bf16', out: path.join(modelsDir, 'agree-demo-bf16') },
+      path.join(modelsDir, 'agree-demo-bf16.f32.gguf'),
+      { trunk: 'f32', experts: 'f32' },
+      log,
+    );
+    const a = await agreement(nlc, m.dir, m.gguf, { kernels });
+    report.agreement = a;
+    log(`prompt: ${a.promptLength} ids; our logits after it span ${a.logitRange.toFixed(3)}; ${a.cases[0]?.greedyOurs.length ?? 0} greedy tokens`);
+    log(table(
+      ['llama.cpp batch', 'max |Δ log p|', 'max |Δ logit| (shift removed)', 'argmax ours / llama', 'greedy equal', 'max |Δ log p| along greedy'],
+      a.cases.map((c) => [
+        String(c.llamaBatch),
+        c.maxAbsLogpDiff.toExponential(2),
+        c.maxAbsLogitDiff.toExponential(2),
+        `${c.argmaxOurs} / ${c.argmaxLlama}`,
+        c.firstDiff < 0 ? 'yes' : `no (from step ${c.firstDiff})`,
+        c.maxAbsLogpDiffSteps.toExponential(2),
+      ]),
+    ));
+    log(`greedy ours : ${a.cases[0]?.greedyOurs.join(' ')}`);
+    for (const c of a.cases) log(`greedy llama (batch ${c.llamaBatch}): ${c.greedyLlama.join(' ')}`);
+    log('');
+  }
+
+  if (!only || only === 'speed') {
+    log(`== Speed: k3-medium, MXFP4 experts; GGUF trunk ${trunk.toUpperCase()}, experts MXFP4 (lossless repack) ==`);
+    const m = await prepareModel(
+      { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
+      path.join(modelsDir, `k3-medium-mxfp4.${trunk}.gguf`),
+      { trunk, experts: 'mxfp4' },
+      log,
+    );
+    log(`checkpoint ${(m.checkpointBytes / 1e9).toFixed(2)} GB, GGUF ${(m.ggufBytes / 1e9).toFixed(2)} GB, ${(m.params / 1e9).toFixed(3)} B params`);
+    const V = 32768;
+    const lrows = await speedLlama(nlc, m.gguf, V, { threads, pp, tg, reps }, log);
+    const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
+    report.speed = { model: m, rows: [...lrows, ...orows] };
+    const rows = [...lrows, ...orows].map((r) => [r.engine, String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
+    log('');
+    log(table(['engine', 'threads', 'prompt', 'tok/s', 'decode', 'tok/s'], rows));
+    const ratios: { threads: number; oursThreads: number; pp: number; tg: number }[] = [];
+    for (const l of lrows) {
+      const o = orows.find((r) => r.threads === l.threads) ?? orows[0];
+      if (!o) continue;
+      ratios.push({ threads: l.threads, oursThreads: o.threads, pp: mean(o.ppTokS) / mean(l.ppTokS), tg: mean(o.tgTokS) / mean(l.tgTokS) });
+    }
+    (report.speed as Record<string, unknown>).ratios = ratios;
+    log('');
+    log(table(
+      ['llama.cpp threads', 'ours threads', 'prompt ours/llama.cpp', 'decode ours/llama.cpp'],
+      ratios.map((r) => [String(r.threads), String(r.oursThreads), `${r.pp.toFixed(3)}x`, `${r.tg.toFixed(3)}x`]),
+    ));
+    log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
+    log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
+    log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${reps} reps (mean ± sd); ours ${oursReps} rep(s).`);
+    const noisy = [...lrows, ...orows].filter((r) => [r.ppTokS, r.tgTokS].some((a) => a.length > 1 && sd(a) > 0.1 * mean(a)));
+    if (noisy.length > 0) log(`      NOISY: sd above 10% of the mean in ${noisy.map((r) => `${r.engine} t=${r.threads}`).join(', ')}: something else shared the CPU; rerun on a quiet machine.`);
+  }
+  if (json) console.log(JSON.stringify(report, null, 2));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  main().catch((e) => {
+    console.error(e instanceof Error ? e.message : e);
+    process.exit(1);
+  });
+}
