@@ -4,7 +4,7 @@
 // so a token's numbers do not depend on the other tokens of the chunk.
 
 import type { Mat } from '../store/mat.js';
-import { gatedMlp, linear, rmsNorm, type Activation, type MlpWeights } from './ops.js';
+import { gatedAct, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
 export interface MoeWeights {
@@ -22,10 +22,10 @@ export interface MoeParams extends RouterConfig {
 
 /**
  * Lends routed experts: called once per MoE block with every distinct expert the chunk chose, in
- * ascending id order; calls `use` once per expert (in any order, possibly in batches that fit the
- * cache) with the expert's weights, valid only during the call.
+ * ascending id order; calls `use` with batches of them (as many as the cache holds at once), each
+ * expert's weights valid only during that call.
  */
-export type ExpertFetch = (ids: number[], use: (expert: number, w: MlpWeights) => Promise<void>) => Promise<void>;
+export type ExpertFetch = (ids: number[], use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>;
 
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
 export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
@@ -41,14 +41,24 @@ export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
-  await fetch(chosen, async (e, ew) => {
-    const toks = users.get(e)!;
-    const xin = new Float32Array(toks.length * zw);
-    toks.forEach((t, i) => xin.set(z.subarray(t * zw, (t + 1) * zw), i * zw));
-    const y = await gatedMlp(ew, xin, toks.length, p.act);
-    toks.forEach((t, i) => {
-      const j = routing.ids[t]!.indexOf(e);
-      outOf.set(t * p.topK + j, y.subarray(i * zw, (i + 1) * zw));
+  await fetch(chosen, async (batch) => {
+    // The batch's gate and up products in one call, then its down products: independent
+    // products, each the same canonical dots as alone.
+    const xin = batch.map(({ expert }) => {
+      const toks = users.get(expert)!;
+      const a = new Float32Array(toks.length * zw);
+      toks.forEach((t, i) => a.set(z.subarray(t * zw, (t + 1) * zw), i * zw));
+      return a;
+    });
+    const n = batch.map(({ expert }) => users.get(expert)!.length);
+    const gu = await linearMany(batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
+    const h = batch.map((_, k) => gatedAct(gu[2 * k]!, gu[2 * k + 1]!, p.act));
+    const ys = await linearMany(batch.map(({ w }, k) => ({ m: w.down, x: h[k]!, T: n[k]! })));
+    batch.forEach(({ expert }, k) => {
+      users.get(expert)!.forEach((t, i) => {
+        const j = routing.ids[t]!.indexOf(expert);
+        outOf.set(t * p.topK + j, ys[k]!.subarray(i * zw, (i + 1) * zw));
+      });
     });
   });
   const routed = new Float32Array(T * zw);

@@ -2,7 +2,7 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import { matmul } from '../kernels/dispatch.js';
+import { matmul, matmulBatch, type MatmulOp } from '../kernels/dispatch.js';
 import type { Mat } from '../store/mat.js';
 
 const fr = Math.fround;
@@ -43,6 +43,23 @@ export async function linear(w: Mat, x: Float32Array, T: number): Promise<Float3
     for (let t = 0; t < T; t++) y.set(part.subarray(t * v.rows, (t + 1) * v.rows), t * rows + r0);
   });
   return y;
+}
+
+/**
+ * Several independent products y_i = W_i x_i at once (one kernel dispatch when the weights are
+ * resident in kernel memory). Each y_i is exactly what linear() gives.
+ */
+export async function linearMany(items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
+  const ys: Float32Array[] = items.map(({ m, T }) => new Float32Array(T * m.rows));
+  const views = await Promise.all(items.map(({ m }) => (m.resident ? m.whole((v) => v) : null)));
+  const batch: MatmulOp[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const v = views[i];
+    if (v) batch.push({ w: v, x: items[i]!.x, T: items[i]!.T, y: ys[i]! });
+    else ys[i] = await linear(items[i]!.m, items[i]!.x, items[i]!.T);
+  }
+  matmulBatch(batch);
+  return ys;
 }
 
 /** a += b, element-wise in f32. */

@@ -11,6 +11,8 @@ export interface Mat {
   readonly rows: number;
   readonly cols: number;
   readonly format: WeightFormat;
+  /** Held in memory for as long as the Mat is lent (its view may be used outside the callbacks while the lender's call lasts). */
+  readonly resident?: boolean;
   /** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order. */
   parts(fn: (view: WeightView, r0: number) => void): Promise<void>;
   /** The whole matrix as one view. */
@@ -24,6 +26,7 @@ export function residentMat(view: WeightView): Mat {
     rows: view.rows,
     cols: view.cols,
     format: view.format,
+    resident: true,
     async parts(fn) {
       fn(view, 0);
     },

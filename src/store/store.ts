@@ -321,7 +321,7 @@ export class WeightStore {
    * missing experts are read at once, in parallel. Which experts are computed, and on what, never
    * depends on the cache; only which reads happen does.
    */
-  async experts(l: number, ids: number[], use: (expert: number, w: MlpWeights) => Promise<void>): Promise<void> {
+  async experts(l: number, ids: number[], use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>): Promise<void> {
     const batch = Math.max(1, this.plan.expertSlots);
     for (let i = 0; i < ids.length; i += batch) {
       const part = ids.slice(i, i + batch);
@@ -338,11 +338,13 @@ export class WeightStore {
         }),
       );
       this.stats.ioWaitMs += performance.now() - t0;
-      for (const e of part) {
-        const si = this.cache.get(l, e);
-        if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
-        await use(e, this.expertWeights(l, e, this.slot(si)));
-      }
+      await use(
+        part.map((e) => {
+          const si = this.cache.get(l, e);
+          if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
+          return { expert: e, w: this.expertWeights(l, e, this.slot(si)) };
+        }),
+      );
     }
   }
 
