@@ -30,9 +30,11 @@ export type ExpertFetch = (ids: number[], use: (batch: { expert: number; w: MlpW
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
 export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
   const D = w.gate.cols;
-  const routing = await route(p, w.gate, w.bias, x, T);
-  // The routed experts act on x (plain) or on the latent z = W_down x (K3; router still reads x).
-  const z = w.latent ? await linear(w.latent.down, x, T) : x;
+  // Router logits and (K3) the latent z = W_down x both read x: one batch. The routed experts act
+  // on z (K3) or on x (plain MoE); the router always reads x.
+  const [logits, zl] = await linearMany(w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
+  const routing = await route(p, w.gate, w.bias, x, T, logits);
+  const z = zl ?? x;
   const zw = w.latent ? w.latent.down.rows : D;
 
   const users = new Map<number, number[]>();

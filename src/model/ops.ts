@@ -109,8 +109,8 @@ export interface MlpWeights {
 
 /** down · act(gate · x, up · x) for T rows. */
 export async function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {
-  const h = gatedAct(await linear(w.gate, x, T), await linear(w.up, x, T), act);
-  return linear(w.down, h, T);
+  const [g, u] = await linearMany([{ m: w.gate, x, T }, { m: w.up, x, T }]);
+  return linear(w.down, gatedAct(g!, u!, act), T);
 }
 
 /** Row t of a [T, n] array, as a view. */

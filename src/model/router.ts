@@ -26,9 +26,9 @@ export interface Routing {
 }
 
 /** Route T tokens x [T, D] with gate weight [E, D] and correction bias [E]. */
-export async function route(cfg: RouterConfig, gate: Mat, bias: Float32Array, x: Float32Array, T: number): Promise<Routing> {
+export async function route(cfg: RouterConfig, gate: Mat, bias: Float32Array, x: Float32Array, T: number, logitsIn?: Float32Array): Promise<Routing> {
   const E = cfg.experts;
-  const logits = await linear(gate, x, T); // [T, E], f32 canonical dots
+  const logits = logitsIn ?? (await linear(gate, x, T)); // [T, E], f32 canonical dots
   const ids: Int32Array[] = [];
   const weights: Float32Array[] = [];
   const s = new Float32Array(E);

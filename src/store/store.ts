@@ -188,6 +188,8 @@ export class WeightStore {
       rows,
       cols,
       format: m.format,
+      // A pinned single-piece matrix stays put for the store's life: its view may be batched.
+      resident: m.pieces.length === 1 && m.pieces[0]!.seq < this.plan.pinnedPieces,
       async parts(fn) {
         for (const p of m.pieces) {
           const buf = await acquire(p);
