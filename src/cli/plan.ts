@@ -39,7 +39,7 @@ Exits 2 when the budget is below the floor.`,
         baseline_bytes: p.baselineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
         scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
-        embedding_row_bytes: p.embedRowBytes, from_config_only: !hasWeights,
+        embedding_row_bytes: p.embedRowBytes, embedding_resident_bytes: p.embedResidentBytes, from_config_only: !hasWeights,
       }));
     } else {
       const row = (k: string, v: number, note = '') => `  ${k.padEnd(28)} ${formatBytes(v).padStart(12)}  ${note}`;
@@ -57,7 +57,7 @@ Exits 2 when the budget is below the floor.`,
         row('streamed trunk per token', p.streamedBytes),
         row('expert cache', p.expertCacheBytes, `${p.expertSlots} of ${p.expertsTotal} experts of ${formatBytes(p.expertBytes)}`),
         row('total planned', p.totalBytes),
-        row('embedding', p.embedRowBytes, 'per token, read on demand'),
+        p.embedResidentBytes ? row('embedding (resident)', p.embedResidentBytes) : row('embedding', p.embedRowBytes, 'per token, read on demand'),
       ].join('\n'));
     }
     if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);

@@ -43,6 +43,8 @@ export interface Plan {
   expertCacheBytes: number;
   expertsTotal: number;
   embedRowBytes: number;
+  /** The embedding table kept in memory (only when everything else already is): no read per token. */
+  embedResidentBytes: number;
   maxPieceBytes: number;
 }
 
@@ -87,6 +89,7 @@ export function makePlan(cfg: ModelConfig, layout: Layout, budget: number, ctx: 
     expertCacheBytes: 0,
     expertsTotal,
     embedRowBytes: layout.embed.data.nbytes / cfg.vocabSize,
+    embedResidentBytes: 0,
     maxPieceBytes: layout.maxPieceBytes,
   };
   if (budget >= floor) {
@@ -121,14 +124,20 @@ export function makePlan(cfg: ModelConfig, layout: Layout, budget: number, ctx: 
     }
   }
   plan.expertCacheBytes = plan.expertSlots * layout.expertBytes;
-  plan.totalBytes = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
+  // 4. the embedding table, last: one row per token is all it saves.
+  const embedBytes = layout.embed.data.nbytes;
+  if (budget >= floor && plan.pinnedPieces === layout.sequence.length && plan.expertSlots === expertsTotal) {
+    const used = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
+    if (budget - used >= embedBytes) plan.embedResidentBytes = embedBytes;
+  }
+  plan.totalBytes = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes + plan.embedResidentBytes;
   return plan;
 }
 
 /** The plan with every weight resident: the size `--preset max` asks for. */
 export function maxBudget(cfg: ModelConfig, layout: Layout, ctx: number, chunk: number): number {
   const p = makePlan(cfg, layout, 0, ctx, chunk);
-  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes;
+  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes + layout.embed.data.nbytes;
 }
 
 export const PRESETS = ['laptop', 'desktop', 'workstation', 'server', 'max', 'auto'] as const;

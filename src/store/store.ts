@@ -252,12 +252,27 @@ export class WeightStore {
     return out;
   }
 
-  /** Embedding rows of `ids` as f32 [ids.length, D], read on demand (not kept resident). */
+  private embedTable: Promise<Uint8Array> | null = null;
+
+  /** Embedding rows of `ids` as f32 [ids.length, D]: read on demand, or from the table when the plan keeps it. */
   async embedRows(ids: number[]): Promise<Float32Array> {
     const E = this.layout.embed;
     const D = E.cols;
     const rowBytes = E.data.nbytes / E.rows;
     const out = new Float32Array(ids.length * D);
+    if (this.plan.embedResidentBytes > 0) {
+      if (!this.embedTable) {
+        const buf = new Uint8Array(E.data.nbytes);
+        this.embedTable = this.readRange({ file: E.data.file, offset: E.data.offset, length: E.data.nbytes }, buf).then(() => {
+          this.stats.embedBytesRead += E.data.nbytes;
+          return buf;
+        });
+      }
+      const table = await this.embedTable;
+      const view = { name: 'embed', format: E.format, rows: E.rows, cols: D, data: table };
+      ids.forEach((id, i) => decodeRow(view, id, out.subarray(i * D, (i + 1) * D)));
+      return out;
+    }
     const bufs = ids.map(() => new Uint8Array(rowBytes));
     await Promise.all(ids.map((id, i) => this.reader.read(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
     ids.forEach((_, i) => {
@@ -365,6 +380,7 @@ export class WeightStore {
         if (this.cfg.layers[l]!.ffn === 'moe') await this.experts(l, all, async () => {});
       }
     }
+    if (this.plan.embedResidentBytes > 0) await this.embedRows([0]);
     this.stats.ioWaitMs = 0;
   }
 
