@@ -1,6 +1,7 @@
 // Kernel throughput, side by side: the TypeScript reference, WebAssembly SIMD on 1 thread
 // (relaxed SIMD on and off) and on 2 threads. GMAC/s = multiply-adds per second; GB/s = weight
-// bytes per second (each call reads the weights once, whatever T). Best of 5 samples.
+// bytes per second (each call reads the weights once, whatever T). Best of 5 samples. The fused
+// rows (KDA step, MLA scores / weighted sum) count state or cache bytes instead of weights.
 //
 //   node dist/bench/kernels.js [--ms 400] [--threads 2] [--no-ref] [--json]
 
@@ -8,6 +9,8 @@ import * as ref from '../src/kernels/ref.js';
 import { weightBytes, type WeightView, type WeightFormat } from '../src/kernels/types.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+import { kdaRecurStep } from '../src/model/kda.js';
+import { mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
 
 const args = process.argv.slice(2);
 const opt = (name: string, def: number): number => {
@@ -95,7 +98,8 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   const place = (k: Kernels, w: WeightView, T: number) => {
     const wk = k.upload(w);
-    const x = k.allocF32(T * w.cols).map(() => rnd() * 2 - 1);
+    const x = k.allocF32(T * w.cols);
+    for (let i = 0; i < x.length; i++) x[i] = rnd() * 2 - 1; // (map() would return a copy outside kernel memory)
     const y = k.allocF32(T * w.rows);
     return () => k.matmul(wk, x, T, y);
   };
@@ -135,6 +139,55 @@ async function main(): Promise<void> {
     };
     rows.push(row);
     if (!JSON_OUT) print(row, false);
+  }
+  // fused pieces (wasm/fused.ts) with their arrays in kernel memory, against the JavaScript
+  // references in src/model: KDA step of one token (16 heads of 128: decay + 3 multiply-adds per
+  // state element), MLA scores and weighted latent sum over n cached positions (16 heads).
+  const f32 = (k: Kernels | null, n: number, lo = -1, hi = 1): Float32Array => {
+    const a = k ? k.allocF32(n) : new Float32Array(n);
+    for (let i = 0; i < n; i++) a[i] = lo + (hi - lo) * rnd();
+    return a;
+  };
+  {
+    const H = 16, d = 128, P = H * d;
+    const mk = (k: Kernels | null) => ({ S: f32(k, P * d, -0.01, 0.01), q: f32(k, P), kk: f32(k, P), v: f32(k, P), a: f32(k, P, 0.999, 1), b: f32(k, H, 0, 0.001), o: f32(k, P) });
+    const run = (k: Kernels) => {
+      const x = mk(k);
+      return () => k.kdaStep(x.S, x.q, x.kk, x.v, x.a, x.b, x.o, H, d);
+    };
+    const macs = 4 * H * d * d;
+    const s1 = time(run(k1)), s1s = time(run(k1s)), sN = time(run(kN));
+    let sRef: number | undefined;
+    if (!NO_REF) {
+      const x = mk(null), u = new Float32Array(d);
+      sRef = time(() => {
+        for (let h = 0; h < H; h++) kdaRecurStep(x.S, h * d * d, d, x.q, x.kk, x.v, x.a, x.b[h]!, x.o, h * d, u);
+      }, Math.min(MS, 300));
+    }
+    const row: Row = { kernel: 'kda step', shape: `${H}x${d}x${d}`, T: 1, ref: sRef && macs / sRef / 1e9, wasm1: macs / s1 / 1e9, wasm1Strict: macs / s1s / 1e9, wasmN: macs / sN / 1e9, gbps1: (8 * P * d) / s1 / 1e9, gbpsN: (8 * P * d) / sN / 1e9 };
+    rows.push(row);
+    if (!JSON_OUT) print(row, false);
+  }
+  for (const n of [64, 1024]) {
+    const H = 16, Lk = 256, dr = 64, dq = 192, tau = 1 / Math.sqrt(dq);
+    const mk = (k: Kernels | null) => ({ qLat: f32(k, H * Lk), q: f32(k, H * dq), lat: f32(k, n * Lk), rope: f32(k, n * dr), sc: f32(k, H * n), P: f32(k, H * n, 0, 1 / n), o: f32(k, H * Lk) });
+    for (const part of ['scores', 'wsum'] as const) {
+      const macs = part === 'scores' ? H * n * (Lk + dr) : H * n * Lk;
+      const run = (k: Kernels) => {
+        const x = mk(k);
+        return part === 'scores' ? () => k.mlaScores(x.qLat, x.q, 128, dq, x.lat, x.rope, n, Lk, dr, tau, H, x.sc) : () => k.mlaWeightedSum(x.P, x.lat, n, Lk, H, x.o);
+      };
+      const s1 = time(run(k1)), s1s = time(run(k1s)), sN = time(run(kN));
+      let sRef: number | undefined;
+      if (!NO_REF) {
+        const x = mk(null);
+        sRef = time(part === 'scores' ? () => mlaScoresRef(x.qLat, x.q, 128, dq, x.lat, x.rope, n, Lk, dr, tau, H, x.sc) : () => mlaWeightedSumRef(x.P, x.lat, n, Lk, H, x.o), Math.min(MS, 300));
+      }
+      const cacheBytes = n * (part === 'scores' ? Lk + dr : Lk) * 4;
+      const row: Row = { kernel: `mla ${part}`, shape: `${H}x${n}x${Lk}`, T: 1, ref: sRef && macs / sRef / 1e9, wasm1: macs / s1 / 1e9, wasm1Strict: macs / s1s / 1e9, wasmN: macs / sN / 1e9, gbps1: cacheBytes / s1 / 1e9, gbpsN: cacheBytes / sN / 1e9 };
+      rows.push(row);
+      if (!JSON_OUT) print(row, false);
+    }
   }
   if (JSON_OUT) console.log(JSON.stringify({ threads: THREADS, relaxed: k1.relaxed, rows }, null, 1));
   await Promise.all([k1.close(), k1s.close(), kN.close()]);

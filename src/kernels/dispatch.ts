@@ -4,13 +4,16 @@
 // uses a group of kernel instances, each with its own memory and workers; a weight is computed
 // by the instance whose memory it lives in.
 
-import { createKernels, type Kernels, type KernelsOptions } from './fast.js';
+import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
 import type { WeightView } from './types.js';
 
 const GiB = 2 ** 30;
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
 const PER_MEMORY = Math.floor(3.75 * GiB);
+
+/** Kernel memory kept free of sequence state, for the kernels' temporaries (activation copies). */
+const STATE_HEADROOM = 192 * 2 ** 20;
 
 export class KernelGroup {
   private current = 0;
@@ -43,6 +46,35 @@ export class KernelGroup {
     }
     // Over the planned size (should not happen): plain memory, computed with a copy per call.
     return new Uint8Array(bytes);
+  }
+
+  /**
+   * A zero-filled Float32Array for sequence state (KDA state, MLA cache), in the kernel memory
+   * with the most room, so the fused kernels use it in place. Room is what is left below the
+   * memory's maximum after the weights its creator planned for it (`plannedBytes`, whatever of
+   * them is not placed yet) and STATE_HEADROOM for the kernels' temporaries. The arena cannot
+   * free: state lives as long as the group. Without room: a plain array (the JavaScript
+   * reference computes with it; same numbers).
+   */
+  allocF32(n: number): Float32Array {
+    const bytes = n * 4;
+    let best: Kernels | null = null;
+    let bestRoom = -Infinity;
+    this.members.forEach((k, i) => {
+      const room = k.maxBytes - k.mark() - Math.max(0, k.plannedBytes - this.used[i]!) - STATE_HEADROOM;
+      if (room > bestRoom) {
+        bestRoom = room;
+        best = k;
+      }
+    });
+    if (!best || bestRoom < bytes + 64) return new Float32Array(n);
+    return (best as Kernels).allocF32(n).fill(0);
+  }
+
+  /** The member whose memory holds `a`, if any. */
+  ownerOf(a: ArrayBufferView): Kernels | null {
+    for (const k of this.members) if (k.contains(a)) return k;
+    return null;
   }
 
   owner(w: WeightView): Kernels | null {
@@ -78,4 +110,49 @@ export function matvecT(w: WeightView, r0: number, n: number, x: Float32Array, x
   const k = active?.owner(w);
   if (k) k.matvecT(w, r0, n, x, xo, y);
   else ref.matvecT(w, r0, n, x, xo, y);
+}
+
+// ---- fused pieces: the WebAssembly kernels when the state lives in kernel memory --------------
+// These return false (and do nothing) when the state is not in the active group's memory: the
+// caller then runs the JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
+
+/** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep). */
+export function kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): boolean {
+  const kk = active?.ownerOf(S);
+  if (!kk) return false;
+  kk.kdaStep(S, q, k, v, alpha, beta, o, H, d);
+  return true;
+}
+
+/** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
+export function mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
+  const kk = active?.ownerOf(lat);
+  if (!kk) return false;
+  kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
+  return true;
+}
+
+/** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum). */
+export function mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): boolean {
+  const kk = active?.ownerOf(lat);
+  if (!kk) return false;
+  kk.mlaWeightedSum(P, lat, n, Lk, H, out);
+  return true;
+}
+
+export type { MatmulOp } from './fast.js';
+
+/**
+ * Independent products in as few dispatches as possible: grouped by the kernel instance whose
+ * memory holds each weight; weights outside kernel memory go through the reference. Each output
+ * is exactly what matmul() gives.
+ */
+export function matmulBatch(ops: readonly MatmulOp[]): void {
+  const groups = new Map<Kernels, MatmulOp[]>();
+  for (const op of ops) {
+    const k = active?.owner(op.w);
+    if (k) (groups.get(k) ?? groups.set(k, []).get(k)!).push(op);
+    else ref.matmul(op.w, op.x, op.T, op.y);
+  }
+  for (const [k, list] of groups) k.matmulBatch(list);
 }

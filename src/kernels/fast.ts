@@ -15,12 +15,17 @@
 // straight into `alloc(n).u8`) is used in place; any other weight is copied into the arena for
 // the duration of the call (correct, but it costs a copy per call: use upload() or alloc()).
 // Activations and outputs may be anywhere; those inside the memory avoid a copy.
+//
+// Fused pieces (wasm/fused.ts): kdaStep (KDA delta rule, all heads of a token), mlaScores and
+// mlaWeightedSum (MLA attention over the latent cache), byte-identical to their references in
+// src/model; heads split across the pool. The model keeps its sequence state in this memory
+// (KernelGroup.allocF32), so they run in place.
 
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from './types.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, type Fmt } from './wasm/kernels.js';
-import { Pool, writeMatmulOp, maxOps, type MatmulOpWords } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
 
 const PAGE = 65536;
 // Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the
@@ -42,6 +47,9 @@ export interface KernelsOptions {
   minWorkPerThread?: number;
   /** Spin before sleeping, microseconds: workers waiting for work, the caller waiting for workers. */
   spinMicros?: { worker: number; main: number };
+  /** Column tiles of the fused kernels (tuning; see wasm/fused.ts). */
+  kdaTile?: number;
+  wsumTile?: number;
 }
 
 /** A region of kernel memory. */
@@ -91,6 +99,10 @@ export class Kernels {
     private readonly scratch: number[],
     arenaStart: number,
     private readonly minWork: number,
+    /** The `memoryBytes` asked for at creation (what the creator planned to place here). */
+    readonly plannedBytes: number,
+    /** The memory's maximum size in bytes. */
+    readonly maxBytes: number,
   ) {
     this.top = arenaStart;
     this.buffers.add(memory.buffer);
@@ -108,13 +120,13 @@ export class Kernels {
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));
     if (initialPages * PAGE < arenaStart + PAGE) throw new RangeError('kernel memory too small for the scratch areas');
     const memory = new WebAssembly.Memory({ initial: initialPages, maximum: maxPages, shared: true });
-    const compiled = kernelModule({ relaxed });
+    const compiled = kernelModule({ relaxed, kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
     initConstants(memory, compiled);
     const module = compiled.module;
     const ex = instantiate(module, memory);
     const scratch = Array.from({ length: threads }, (_, i) => CONST_END + i * scratchBytes);
     const pool = await Pool.create(module, memory, ex, threads, scratch, opts.spinMicros);
-    return new Kernels(memory, ex, pool, relaxed, maxCols, scratch, arenaStart, opts.minWorkPerThread ?? 1 << 17);
+    return new Kernels(memory, ex, pool, relaxed, maxCols, scratch, arenaStart, opts.minWorkPerThread ?? 1 << 17, opts.memoryBytes ?? 64 << 20, maxPages * PAGE);
   }
 
   /** Threads in all, the calling thread included. */
@@ -310,6 +322,90 @@ export class Kernels {
       const yoff = inMem ? y.byteOffset : this.alloc(R.cols * 4).offset;
       this.ex[`mvT_${R.fmt}`]!(R.w, R.s, R.sdt, R.rows, R.cols, r0, n, xoff, yoff, this.scratch[0]!);
       if (!inMem) y.set(new Float32Array(this.buffer, yoff, R.cols));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  // ---- fused pieces (wasm/fused.ts): KDA delta rule, MLA scores and weighted sum --------------
+  // Arrays that live in this memory are used in place; others are copied in (and out) for the
+  // call. Heads are split across threads (each head is independent: same bytes for any count).
+
+  /** Offset of a[0 .. n) for a kernel call: in place, or a copy in the arena (until release). */
+  private f32In(a: Float32Array, n: number, what: string): number {
+    if (a.length < n) throw new RangeError(`${what}: ${a.length} values, need ${n}`);
+    const s = a.length === n ? a : a.subarray(0, n);
+    return this.contains(s) ? s.byteOffset : this.copyIn(s);
+  }
+
+  /** Run one fused op over heads [0, H): on the calling thread, or split across the pool. */
+  private runFused(kind: number, fn: string, args: number[], H: number, macs: number): void {
+    const nth = Math.min(H, this.threadsFor(macs));
+    if (nth <= 1) {
+      this.ex[fn]!(...args, 0, H);
+      return;
+    }
+    writeFusedOp(this.ctrl, 0, kind, args, 0, H);
+    this.pool.run(1, nth);
+  }
+
+  /**
+   * One KDA delta-rule step for heads [0, H) of a token, in place on S [H, d, d]; o [H*d] is
+   * written. As kdaRecurStep (src/model/kda.ts) on each head, with beta[h] the head's β.
+   */
+  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
+    const P = H * d;
+    const m = this.mark();
+    try {
+      const sIn = this.contains(S);
+      const so = this.f32In(S, P * d, 'kda S');
+      const args = [so, this.f32In(q, P, 'kda q'), this.f32In(k, P, 'kda k'), this.f32In(v, P, 'kda v'), this.f32In(alpha, P, 'kda alpha'), this.f32In(beta, H, 'kda beta')];
+      if (o.length < P) throw new RangeError(`kda o: ${o.length} values, need ${P}`);
+      const oIn = this.contains(o);
+      const oo = oIn ? o.byteOffset : this.alloc(P * 4).offset;
+      this.runFused(OP_KDA, 'kda_step', [...args, oo, d], H, 2 * P * d);
+      const buf = this.buffer;
+      if (!oIn) o.set(new Float32Array(buf, oo, P));
+      if (!sIn) S.set(new Float32Array(buf, so, P * d));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /**
+   * MLA scores of H heads against n cached positions: out[h*n + s] =
+   * f32(f32(dot(qLat[h*Lk ..], lat[s*Lk ..]) + dot(q[qo + h*qStride ..], rope[s*dr ..])) * scale),
+   * dot the canonical 16-lane dot (as mlaScoresRef in src/model/mla.ts).
+   */
+  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
+    const m = this.mark();
+    try {
+      if (H > 0 && (qo < 0 || qo + (H - 1) * qStride + dr > q.length)) throw new RangeError('mla scores: q too short');
+      const ql = this.f32In(qLat, H * Lk, 'mla qLat');
+      const qr = H > 0 ? this.f32In(q.subarray(qo), (H - 1) * qStride + dr, 'mla q') : 0;
+      const lo = this.f32In(lat, n * Lk, 'mla lat'), ro = this.f32In(rope, n * dr, 'mla rope');
+      const sp = this.alloc(8, 8).offset;
+      new Float64Array(this.buffer, sp, 1)[0] = scale;
+      if (out.length < H * n) throw new RangeError(`mla scores: out has ${out.length} values, need ${H * n}`);
+      const oIn = this.contains(out);
+      const oo = oIn ? out.byteOffset : this.alloc(H * n * 4).offset;
+      this.runFused(OP_MLA_SCORES, 'mla_scores', [ql, qr, qStride * 4, lo, ro, n, Lk, dr, sp, oo], H, H * n * (Lk + dr));
+      if (!oIn) out.set(new Float32Array(this.buffer, oo, H * n));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /** out[h*Lk + i] = Σ_s f32(P[h*n + s] · lat[s*Lk + i]), s ascending (as mlaWeightedSumRef). */
+  mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
+    const m = this.mark();
+    try {
+      const po = this.f32In(P, H * n, 'mla P'), lo = this.f32In(lat, n * Lk, 'mla lat');
+      if (out.length < H * Lk) throw new RangeError(`mla sum: out has ${out.length} values, need ${H * Lk}`);
+      const oIn = this.contains(out);
+      const oo = oIn ? out.byteOffset : this.alloc(H * Lk * 4).offset;
+      this.runFused(OP_MLA_WSUM, 'mla_wsum', [po, lo, n, Lk, oo], H, H * n * Lk);
+      if (!oIn) out.set(new Float32Array(this.buffer, oo, H * Lk));
     } finally {
       this.release(m);
     }

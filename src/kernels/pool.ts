@@ -11,7 +11,7 @@
 
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
-import { FMTS } from './wasm/kernels.js';
+import { FMTS, CTRL_BYTES } from './wasm/kernels.js';
 
 // control block layout (i32 words from the start of the memory)
 const SEQ = 0;
@@ -23,8 +23,17 @@ const ERROR = 5;
 const OPS = 16; // first op word
 export const OP_WORDS = 16;
 
-/** Op kinds: mm_<fmt> for FMTS[kind]. */
+/** Op kinds: a matmul (mm_<fmt> for FMTS[word 1]), or one of the fused kernels (wasm/fused.ts). */
 export const OP_MATMUL = 0;
+export const OP_KDA = 1;
+export const OP_MLA_SCORES = 2;
+export const OP_MLA_WSUM = 3;
+/** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
+const FUSED: Record<number, [string, number]> = {
+  [OP_KDA]: ['kda_step', 8],
+  [OP_MLA_SCORES]: ['mla_scores', 10],
+  [OP_MLA_WSUM]: ['mla_wsum', 5],
+};
 
 /** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
 export interface MatmulOpWords {
@@ -74,6 +83,16 @@ export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch
   const mm = FMTS.map((f) => ex[`mm_${f}`]!);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
+    if (ctrl[o] !== OP_MATMUL) {
+      // fused op: heads [h0, h1) split like rows
+      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
+      if (a >= b) continue;
+      const [fn, nargs] = FUSED[ctrl[o]!]!;
+      const args: number[] = [];
+      for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
+      ex[fn]!(...args, a, b);
+      continue;
+    }
     const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
     if (a >= b) continue;
     mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
@@ -94,6 +113,17 @@ export function writeMatmulOp(ctrl: Int32Array, i: number, op: MatmulOpWords): v
   ctrl[o + 9] = op.y | 0;
   ctrl[o + 10] = op.r0;
   ctrl[o + 11] = op.r1;
+}
+
+/** A fused op: `args` (at most 13 i32 words) then the head range [h0, h1). */
+export function writeFusedOp(ctrl: Int32Array, i: number, kind: number, args: readonly number[], h0: number, h1: number): void {
+  const [, nargs] = FUSED[kind]!;
+  if (args.length !== nargs) throw new Error(`fused op ${kind}: ${args.length} arguments, want ${nargs}`);
+  const o = OPS + i * OP_WORDS;
+  ctrl[o] = kind;
+  for (let k = 0; k < args.length; k++) ctrl[o + 1 + k] = args[k]! | 0;
+  ctrl[o + 14] = h0;
+  ctrl[o + 15] = h1;
 }
 
 export function maxOps(ctrlBytes: number): number {
@@ -127,7 +157,7 @@ export class Pool {
 
   static async create(module: WebAssembly.Module, memory: WebAssembly.Memory, ex: KernelExports, threads: number, scratch: number[],
     spin: { worker: number; main: number } = SPIN_US): Promise<Pool> {
-    const ctrl = new Int32Array(memory.buffer, 0, 64);
+    const ctrl = new Int32Array(memory.buffer, 0, CTRL_BYTES / 4);
     Atomics.store(ctrl, SEQ, 0);
     Atomics.store(ctrl, QUIT, 0);
     const workers: Worker[] = [];
@@ -202,7 +232,7 @@ export class Pool {
 
 function workerMain(init: WorkerInit): void {
   const ex = instantiate(init.module, init.memory);
-  const ctrl = new Int32Array(init.memory.buffer, 0, 64);
+  const ctrl = new Int32Array(init.memory.buffer, 0, CTRL_BYTES / 4);
   let seq = Atomics.load(ctrl, SEQ);
   parentPort?.postMessage('ready');
   for (;;) {

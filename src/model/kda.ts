@@ -5,6 +5,7 @@
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
 import type { Mat } from '../store/mat.js';
+import { kdaStep } from '../kernels/dispatch.js';
 import { linear, sigmoid } from './ops.js';
 
 const fr = Math.fround;
@@ -42,11 +43,26 @@ export interface KdaState {
   S: Float32Array;
   /** [3][W-1][P]: q, k, v tails, oldest first. */
   conv: Float32Array;
+  /**
+   * Per-token vectors q, k, v, α, o [P each] and β [H], in the same memory as S when the state
+   * was allocated in kernel memory (the WebAssembly step then copies nothing); null otherwise.
+   */
+  work: Float32Array | null;
 }
 
-export function newKdaState(p: KdaParams): KdaState {
+/** Allocates zero-filled f32 arrays (e.g. in kernel memory: KernelGroup.allocF32). */
+export type F32Alloc = (n: number) => Float32Array;
+
+/**
+ * A zero state. With `alloc`, S, the conv tails and the work vectors are one allocation (so they
+ * share one kernel memory); without, plain arrays.
+ */
+export function newKdaState(p: KdaParams, alloc?: F32Alloc | null): KdaState {
   const P = p.heads * p.headDim;
-  return { S: new Float32Array(p.heads * p.headDim * p.headDim), conv: new Float32Array(3 * (p.convSize - 1) * P) };
+  const nS = P * p.headDim, nConv = 3 * (p.convSize - 1) * P;
+  if (!alloc) return { S: new Float32Array(nS), conv: new Float32Array(nConv), work: null };
+  const buf = alloc(nS + nConv + 5 * P + p.heads);
+  return { S: buf.subarray(0, nS), conv: buf.subarray(nS, nS + nConv), work: buf.subarray(nS + nConv) };
 }
 
 /**
@@ -134,9 +150,11 @@ export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T
   const beta = await linear(w.b, x, T);
   const gamma = 'full' in w.gate ? await linear(w.gate.full, x, T) : await linear(w.gate.b, await linear(w.gate.a, x, T), T);
 
-  const q = new Float32Array(P), k = new Float32Array(P), v = new Float32Array(P);
-  const alpha = new Float32Array(P);
-  const o = new Float32Array(P);
+  const work = state.work ?? new Float32Array(5 * P + H);
+  const q = work.subarray(0, P), k = work.subarray(P, 2 * P), v = work.subarray(2 * P, 3 * P);
+  const alpha = work.subarray(3 * P, 4 * P);
+  const o = work.subarray(4 * P, 5 * P);
+  const betas = work.subarray(5 * P, 5 * P + H);
   const u = new Float32Array(d);
   const y = new Float32Array(T * P);
   const tailLen = (W - 1) * P;
@@ -148,9 +166,10 @@ export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T
     l2Heads(q, H, d, qScale);
     l2Heads(k, H, d, 1);
     kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
-    for (let h = 0; h < H; h++) {
-      const bh = fr(sigmoid(beta[t * H + h]!));
-      kdaRecurStep(state.S, h * d * d, d, q, k, v, alpha, bh, o, h * d, u);
+    for (let h = 0; h < H; h++) betas[h] = sigmoid(beta[t * H + h]!); // rounded to f32 by the store
+    // All heads at once in WebAssembly when S lives in kernel memory, else the reference per head.
+    if (!kdaStep(state.S, q, k, v, alpha, betas, o, H, d)) {
+      for (let h = 0; h < H; h++) kdaRecurStep(state.S, h * d * d, d, q, k, v, alpha, betas[h]!, o, h * d, u);
     }
     // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (§3.3 P9; norm first, gate second).
     for (let h = 0; h < H; h++) {

@@ -5,11 +5,12 @@
 
 import type { Mat } from '../store/mat.js';
 import { dot } from '../kernels/ref.js';
-import { matmul, matvecT } from '../kernels/dispatch.js';
+import { matmul, matvecT, mlaScores, mlaWeightedSum } from '../kernels/dispatch.js';
 import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../kernels/types.js';
 import { linear, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
+import type { F32Alloc } from './kda.js';
 
 const fr = Math.fround;
 
@@ -37,7 +38,16 @@ export interface MlaWeights {
   gate: Mat | null;
 }
 
-/** Latent cache of one MLA layer: [cap, Lk] latents and [cap, dr] rope keys. */
+/**
+ * Latent cache of one MLA layer: [cap, Lk] latents and [cap, dr] rope keys.
+ *
+ * With an allocator (`alloc`, e.g. KernelGroup.allocF32 when the model runs with the
+ * WebAssembly kernels), lat and rope are two views of one allocation, so they share one kernel
+ * memory and the fused attention kernels read them in place. The kernel arena cannot free: the
+ * cache is allocated for the planned context up front (SequenceState passes ctx), and growing past
+ * it doubles the capacity into a new allocation (the old one is wasted; growth past the plan is
+ * the exception). Without an allocator: plain arrays.
+ */
 export class MlaCache {
   lat: Float32Array;
   rope: Float32Array;
@@ -46,18 +56,24 @@ export class MlaCache {
     readonly Lk: number,
     readonly dr: number,
     capacity = 64,
+    private readonly alloc: F32Alloc | null = null,
   ) {
-    this.lat = new Float32Array(capacity * Lk);
-    this.rope = new Float32Array(capacity * dr);
+    [this.lat, this.rope] = this.arrays(capacity);
   }
+
+  private arrays(cap: number): [Float32Array, Float32Array] {
+    if (!this.alloc) return [new Float32Array(cap * this.Lk), new Float32Array(cap * this.dr)];
+    const buf = this.alloc(cap * (this.Lk + this.dr));
+    return [buf.subarray(0, cap * this.Lk), buf.subarray(cap * this.Lk)];
+  }
+
   reserve(n: number): void {
     const cap = this.lat.length / this.Lk;
     if (n <= cap) return;
     let c = Math.max(cap, 1);
     while (c < n) c *= 2;
-    const lat = new Float32Array(c * this.Lk);
+    const [lat, rope] = this.arrays(c);
     lat.set(this.lat.subarray(0, this.length * this.Lk));
-    const rope = new Float32Array(c * this.dr);
     rope.set(this.rope.subarray(0, this.length * this.dr));
     this.lat = lat;
     this.rope = rope;
@@ -87,38 +103,73 @@ export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T
   return linear(w.o, out, T);
 }
 
-/** Absorbed attention of T queries at positions p0 … over the cache; writes [T, H·dv] into out. */
+/**
+ * Reference MLA scores: for heads h < H and positions s < n,
+ * out[h*n + s] = f32(f32(dot(qLat_h, c_s) + dot(q_rope_h, k_s)) * scale) with the canonical dot,
+ * qLat_h = qLat[h*Lk ..], q_rope_h = q[qo + h*qStride ..], c_s = lat[s*Lk ..], k_s = rope[s*dr ..].
+ * The WebAssembly kernel (Kernels.mlaScores) gives the same bytes.
+ */
+export function mlaScoresRef(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
+  for (let h = 0; h < H; h++) {
+    for (let s = 0; s < n; s++) out[h * n + s] = fr(fr(dot(qLat, h * Lk, lat, s * Lk, Lk) + dot(q, qo + h * qStride, rope, s * dr, dr)) * scale);
+  }
+}
+
+/**
+ * Reference weighted latent sum: out[h*Lk + i] = Σ_s f32(P[h*n + s] · lat[s*Lk + i]), s ascending
+ * from 0, each step rounded to f32. The WebAssembly kernel (Kernels.mlaWeightedSum) gives the same bytes.
+ */
+export function mlaWeightedSumRef(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
+  for (let h = 0; h < H; h++) {
+    const o = h * Lk;
+    out.fill(0, o, o + Lk);
+    for (let s = 0; s < n; s++) {
+      const p = P[h * n + s]!;
+      const c = s * Lk;
+      for (let i = 0; i < Lk; i++) out[o + i] = out[o + i]! + fr(p * lat[c + i]!);
+    }
+  }
+}
+
+/**
+ * Absorbed attention of T queries at positions p0 … over the cache; writes [T, H·dv] into out.
+ * Per token: q_lat of every head, then the scores of all heads (WebAssembly when the cache lives
+ * in kernel memory), the softmax per head in double, the weighted latent sums, then U_V per head.
+ * Each head's numbers are independent of the others, so doing the heads stage by stage changes
+ * nothing.
+ */
 function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
   const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
   const dq = dn + dr;
-  const qLat = new Float32Array(Lk);
-  const oLat = new Float32Array(Lk);
+  const qLat = new Float32Array(H * Lk);
+  const oLat = new Float32Array(H * Lk);
   const oH = new Float32Array(dv);
+  const scoreBuf = new Float32Array(H * (p0 + T));
   for (let t = 0; t < T; t++) {
     const pos = p0 + t;
     const n = pos + 1;
-    const scores = new Float32Array(n);
     for (let h = 0; h < H; h++) {
       const qo = t * H * dq + h * dq;
       if (p.rope) applyRope(p.rope, q, qo + dn, pos);
       // q_lat = q_nope · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj)
-      matvecT(kvb, h * (dn + dv), dn, q, qo, qLat);
+      matvecT(kvb, h * (dn + dv), dn, q, qo, qLat.subarray(h * Lk, (h + 1) * Lk));
+    }
+    const sc = scoreBuf.subarray(0, H * n);
+    const qr = t * H * dq + dn;
+    if (!mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
+    // softmax per head, in double; P_s = f32(exp(score_s - max) / Z) replaces the scores
+    for (let h = 0; h < H; h++) {
+      const b = h * n;
       let max = -Infinity;
-      for (let s = 0; s < n; s++) {
-        const sc = fr(fr(dot(qLat, 0, cache.lat, s * Lk, Lk) + dot(q, qo + dn, cache.rope, s * dr, dr)) * p.scale);
-        scores[s] = sc;
-        if (sc > max) max = sc;
-      }
+      for (let s = 0; s < n; s++) if (sc[b + s]! > max) max = sc[b + s]!;
       let Z = 0;
-      for (let s = 0; s < n; s++) Z += Math.exp(scores[s]! - max);
-      oLat.fill(0);
-      for (let s = 0; s < n; s++) {
-        const P = fr(Math.exp(scores[s]! - max) / Z);
-        const c = s * Lk;
-        for (let i = 0; i < Lk; i++) oLat[i] = oLat[i]! + fr(P * cache.lat[c + i]!);
-      }
+      for (let s = 0; s < n; s++) Z += Math.exp(sc[b + s]! - max);
+      for (let s = 0; s < n; s++) sc[b + s] = Math.exp(sc[b + s]! - max) / Z;
+    }
+    if (!mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
+    for (let h = 0; h < H; h++) {
       // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv)
-      matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat, 1, oH);
+      matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat.subarray(h * Lk, (h + 1) * Lk), 1, oH);
       out.set(oH, t * H * dv + h * dv);
     }
   }

@@ -3,7 +3,8 @@
 // token ids so far. AttnRes keeps nothing across positions.
 
 import type { ModelConfig } from '../checkpoint/config.js';
-import { newKdaState, type KdaState } from './kda.js';
+import { activeKernels } from '../kernels/dispatch.js';
+import { newKdaState, type F32Alloc, type KdaState } from './kda.js';
 import { MlaCache } from './mla.js';
 
 export class SequenceState {
@@ -11,11 +12,21 @@ export class SequenceState {
   readonly kda: (KdaState | null)[];
   readonly mla: (MlaCache | null)[];
 
-  /** @param ctx positions the MLA caches are allocated for up front (they grow past it if needed). */
-  constructor(readonly cfg: ModelConfig, ctx = 64) {
+  /**
+   * @param ctx positions the MLA caches are allocated for up front (they grow past it if needed).
+   * @param alloc where the state arrays live. Default (undefined): in the memory of the active
+   *   kernel group (src/kernels/dispatch.ts activeKernels(), set by Model.load), so the
+   *   WebAssembly KDA and MLA kernels work on them in place; plain arrays when no group is
+   *   active. null: plain arrays (the JavaScript reference). The numbers are the same either way.
+   */
+  constructor(readonly cfg: ModelConfig, ctx = 64, alloc?: F32Alloc | null) {
+    if (alloc === undefined) {
+      const g = activeKernels();
+      alloc = g ? (n) => g.allocF32(n) : null;
+    }
     const k = cfg.kda;
-    this.kda = cfg.layers.map((L) => (L.attn === 'kda' ? newKdaState({ heads: k!.heads, headDim: k!.headDim, convSize: k!.convSize, gateLowerBound: k!.gateLowerBound, eps: cfg.rmsNormEps }) : null));
-    this.mla = cfg.layers.map((L) => (L.attn === 'mla' ? new MlaCache(cfg.mla.kvLoraRank, cfg.mla.ropeDim, ctx) : null));
+    this.kda = cfg.layers.map((L) => (L.attn === 'kda' ? newKdaState({ heads: k!.heads, headDim: k!.headDim, convSize: k!.convSize, gateLowerBound: k!.gateLowerBound, eps: cfg.rmsNormEps }, alloc) : null));
+    this.mla = cfg.layers.map((L) => (L.attn === 'mla' ? new MlaCache(cfg.mla.kvLoraRank, cfg.mla.ropeDim, ctx, alloc) : null));
   }
 
   /** Number of positions already processed. */

@@ -9,8 +9,9 @@ export type Code = number | readonly Code[];
 export const I32 = 0x7f;
 export const I64 = 0x7e;
 export const F32 = 0x7d;
+export const F64 = 0x7c;
 export const V128 = 0x7b;
-export type ValType = typeof I32 | typeof I64 | typeof F32 | typeof V128;
+export type ValType = typeof I32 | typeof I64 | typeof F32 | typeof F64 | typeof V128;
 
 export function uleb(n: number): number[] {
   if (!Number.isInteger(n) || n < 0) throw new Error(`uleb: bad value ${n}`);
@@ -91,6 +92,13 @@ export const f32 = {
   add: bin(0x92), sub: bin(0x93), mul: bin(0x94), div: bin(0x95),
   convert_i32_s: un(0xb2),
   reinterpret_i32: un(0xbe),
+  demote_f64: un(0xb6),
+};
+
+export const f64 = {
+  load: (a: Code, off = 0): Code => [a, 0x2b, memarg(3, off)],
+  mul: bin(0xa2),
+  promote_f32: un(0xbb),
 };
 
 // ---- SIMD ----------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import {
   type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv,
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
 } from './emit.js';
+import { addFused } from './fused.js';
 
 export const CTRL_BYTES = 16384;
 export const MX_PLANES = 16384; // 256 * 32 bytes
@@ -54,7 +55,9 @@ export interface GenOptions {
   relaxed: boolean;
   /** Decoded rows per pass in the multi-token matmul (registers: 4 accumulators per row). */
   rowsPerPass?: number;
-
+  /** Column tile widths of the fused kernels (fused.ts), for tuning. */
+  kdaTile?: number;
+  wsumTile?: number;
 }
 
 const ZERO = v128.i32x4(0, 0, 0, 0);
@@ -87,7 +90,7 @@ const mac = (acc: number, w: Code, x: Code): Code => set(acc, f32x4.add(get(acc)
  * Canonical reduction of 4 accumulators held in permutation `perm` to one f32 (left on the stack).
  * Uses locals sv (v128).
  */
-function finalize(f: Fn, perm: Perm, acc: readonly number[], tag: string): Code {
+export function finalize(f: Fn, perm: Perm, acc: readonly number[], tag: string): Code {
   const P = PERMS[perm];
   const pos: number[] = [];
   P.forEach((col, k) => {
@@ -552,6 +555,9 @@ export function generate(opts: GenOptions): Generated {
       perm === 'id' ? [] : call(reg(fns.find((g) => g.name === `unperm_${perm}`)!), get(yp), P('y'), i32.const(1), P('cols')),
     ];
   }
+
+  // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
+  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
 
   const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true });
   const consts = new Uint8Array(16 * pool.length);

@@ -13,6 +13,9 @@ export interface KernelOptions {
   rowsPerPass?: number;
   bfRows?: number;
   mxRows?: number;
+  /** Column tiles of the fused kernels (fused.ts). */
+  kdaTile?: number;
+  wsumTile?: number;
 }
 
 export type KernelExports = Record<string, (...args: number[]) => number>;
@@ -49,7 +52,7 @@ export function relaxedSimdAvailable(): boolean {
 /** Compile (or fetch) the kernel module for these options. */
 export function kernelModule(opts: KernelOptions): CompiledKernels {
   const relaxed = opts.relaxed && relaxedSimdAvailable();
-  const key = JSON.stringify([relaxed, opts.rowsPerPass, opts.bfRows, opts.mxRows]);
+  const key = JSON.stringify([relaxed, opts.rowsPerPass, opts.bfRows, opts.mxRows, opts.kdaTile, opts.wsumTile]);
   let m = cache.get(key);
   if (!m) {
     if (!tieringSet) {

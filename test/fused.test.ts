@@ -1,0 +1,206 @@
+// The fused WebAssembly pieces (KDA delta rule, MLA scores and weighted latent sum) against their
+// JavaScript references, byte for byte; sequence state placed in kernel memory; whole-model
+// logits and final state of Model.load (kernels, threads 1/2) == Model.open (reference).
+
+import { test, before, after } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { createKernels, type Kernels } from '../src/kernels/fast.js';
+import { activeKernels } from '../src/kernels/dispatch.js';
+import * as ref from '../src/kernels/ref.js';
+import { kdaRecurStep } from '../src/model/kda.js';
+import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
+import { SequenceState } from '../src/model/state.js';
+import { Model } from '../src/model/model.js';
+import { GOLDEN } from './helpers.js';
+
+let seed = 0x2545f491;
+function rnd(): number {
+  seed ^= seed << 13;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  return (seed >>> 0) / 4294967296;
+}
+const randArr = (n: number, lo = -1, hi = 1): Float32Array => new Float32Array(n).map(() => lo + (hi - lo) * rnd());
+
+function bits(a: Float32Array): Buffer {
+  return Buffer.from(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+}
+function sameBytes(got: Float32Array, want: Float32Array, what: string): void {
+  assert.equal(got.length, want.length, `${what}: length`);
+  if (Buffer.compare(bits(got), bits(want)) === 0) return;
+  let i = 0;
+  while (i < got.length && Object.is(got[i], want[i])) i++;
+  assert.fail(`${what}: first difference at ${i} of ${got.length}: wasm ${got[i]} ref ${want[i]}`);
+}
+
+let k1: Kernels; // 1 thread
+let k2: Kernels; // 2 threads, every call split
+let k2s: Kernels; // 2 threads, relaxed SIMD off
+let all: Kernels[];
+
+before(async () => {
+  const o = { memoryBytes: 16 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096 };
+  k1 = await createKernels({ ...o, threads: 1 });
+  k2 = await createKernels({ ...o, threads: 2, minWorkPerThread: 1 });
+  k2s = await createKernels({ ...o, threads: 2, minWorkPerThread: 1, relaxed: false });
+  all = [k1, k2, k2s];
+});
+after(async () => {
+  await Promise.all(all.map((k) => k.close()));
+});
+
+/** A copy of a in kernel memory (or a plain copy). */
+function place(k: Kernels | null, a: Float32Array): Float32Array {
+  const c = k ? k.allocF32(a.length) : new Float32Array(a.length);
+  c.set(a);
+  return c;
+}
+
+test('kdaStep: wasm == kdaRecurStep bytes (d 16/32/128 and odd sizes, 1-3 heads, several steps, threads 1/2, S in or out of kernel memory)', () => {
+  for (const d of [16, 32, 128, 1, 3, 7, 20, 33, 50]) {
+    for (const H of [1, 3]) {
+      const P = H * d;
+      // a non-trivial state: run a few steps from a random start
+      const S0 = randArr(P * d, -0.5, 0.5);
+      const steps = Array.from({ length: 3 }, () => ({
+        q: randArr(P), k: randArr(P), v: randArr(P, -2, 2), alpha: randArr(P, 0.5, 1), beta: randArr(H, 0, 1),
+      }));
+      // reference
+      const Sr = Float32Array.from(S0);
+      const want: Float32Array[] = [];
+      const u = new Float32Array(d);
+      for (const s of steps) {
+        const o = new Float32Array(P);
+        for (let h = 0; h < H; h++) kdaRecurStep(Sr, h * d * d, d, s.q, s.k, s.v, s.alpha, s.beta[h]!, o, h * d, u);
+        want.push(o);
+      }
+      for (const k of all) {
+        for (const inMem of [true, false]) {
+          const S = place(inMem ? k : null, S0);
+          steps.forEach((s, i) => {
+            const o = inMem ? k.allocF32(P) : new Float32Array(P);
+            const arg = (a: Float32Array): Float32Array => (inMem ? place(k, a) : a);
+            k.kdaStep(S, arg(s.q), arg(s.k), arg(s.v), arg(s.alpha), arg(s.beta), o, H, d);
+            sameBytes(o, want[i]!, `o d=${d} H=${H} step ${i} threads=${k.threads} relaxed=${k.relaxed} inMem=${inMem}`);
+          });
+          sameBytes(S, Sr, `S d=${d} H=${H} threads=${k.threads} relaxed=${k.relaxed} inMem=${inMem}`);
+        }
+      }
+    }
+  }
+});
+
+test('MLA scores and weighted latent sum: wasm == reference bytes (n 1/5/100, Lk 256 and odd, dr 64 and odd, 1-3 heads, threads 1/2)', () => {
+  const tau = (1 / Math.sqrt(192)) * 1.3; // a double that is not an f32
+  for (const [Lk, dr] of [[256, 64], [16, 0], [37, 5], [3, 17], [512, 64]] as const) {
+    for (const n of [1, 5, 100]) {
+      for (const H of [1, 3]) {
+        const dq = 128 + dr;
+        const qLat = randArr(H * Lk);
+        const q = randArr(2 * H * dq); // second token's heads at t*H*dq; rope part at +128
+        const qo = H * dq + 128;
+        const lat = randArr(n * Lk), rope = randArr(n * dr);
+        const wantS = new Float32Array(H * n);
+        mlaScoresRef(qLat, q, qo, dq, lat, rope, n, Lk, dr, tau, H, wantS);
+        // a softmax-like weight row per head
+        const Pw = randArr(H * n, 0, 1);
+        const wantO = new Float32Array(H * Lk);
+        mlaWeightedSumRef(Pw, lat, n, Lk, H, wantO);
+        for (const k of all) {
+          for (const inMem of [true, false]) {
+            const L = inMem ? place(k, lat) : lat, R = inMem ? place(k, rope) : rope;
+            const sc = inMem ? k.allocF32(H * n) : new Float32Array(H * n);
+            k.mlaScores(qLat, q, qo, dq, L, R, n, Lk, dr, tau, H, sc);
+            const what = `Lk=${Lk} dr=${dr} n=${n} H=${H} threads=${k.threads} relaxed=${k.relaxed} inMem=${inMem}`;
+            sameBytes(sc, wantS, `scores ${what}`);
+            const o = inMem ? k.allocF32(H * Lk) : new Float32Array(H * Lk).fill(7);
+            k.mlaWeightedSum(inMem ? place(k, Pw) : Pw, L, n, Lk, H, o);
+            sameBytes(o, wantO, `weighted sum ${what}`);
+          }
+        }
+      }
+    }
+  }
+});
+
+test('pool: a batch of many ops (past the first 64 control words) == reference bytes', () => {
+  const ops = Array.from({ length: 40 }, (_, i) => {
+    const rows = 3 + (i % 5), cols = 16 + i;
+    const w = { name: `w${i}`, format: 'f32' as const, rows, cols, data: new Uint8Array(randArr(rows * cols).buffer) };
+    return { w, x: randArr(2 * cols), T: 2, y: new Float32Array(2 * rows) };
+  });
+  for (const k of all) {
+    for (const op of ops) op.y.fill(0);
+    k.matmulBatch(ops);
+    for (const op of ops) {
+      const want = new Float32Array(op.y.length);
+      ref.matmul(op.w, op.x, op.T, want);
+      sameBytes(op.y, want, `${op.w.name} threads=${k.threads}`);
+    }
+  }
+});
+
+test('SequenceState: plain arrays without kernels or with alloc null; kernel memory with an allocator; MlaCache growth keeps its contents', () => {
+  assert.equal(activeKernels(), null);
+  const c = new MlaCache(8, 3, 2, (n) => k1.allocF32(n).fill(0));
+  assert.ok(k1.contains(c.lat) && k1.contains(c.rope));
+  c.reserve(2);
+  c.lat.set(randArr(16));
+  c.rope.set(randArr(6));
+  c.length = 2;
+  const lat = Float32Array.from(c.lat), rope = Float32Array.from(c.rope);
+  c.reserve(5);
+  assert.equal(c.lat.length, 8 * 8);
+  assert.equal(c.rope.length, 8 * 3);
+  assert.ok(k1.contains(c.lat) && k1.contains(c.rope) && c.lat.buffer === c.rope.buffer);
+  sameBytes(c.lat.subarray(0, 16), lat, 'lat after growth');
+  sameBytes(c.rope.subarray(0, 6), rope, 'rope after growth');
+  const plain = new MlaCache(8, 3, 2);
+  assert.ok(plain.lat.buffer instanceof ArrayBuffer);
+});
+
+// Whole model: logits and the final state of the kernels path (state in kernel memory) equal the
+// reference. ctx 8 < tokens makes the MLA caches grow in kernel memory mid-prompt.
+const CASES = ['k3', 'kimi-linear', 'k2-yarn', 'k2-thinking-int4'];
+for (const name of CASES) {
+  test(`${name}: Model.load (threads 1/2, chunks 1/5/64, state in kernel memory) == Model.open: logits and final state bytes`, async () => {
+    const dir = path.join(GOLDEN, name);
+    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 20);
+    const ref = Model.open(dir, { ctx: 8 });
+    const rs = ref.newState();
+    const want = await ref.forward(rs, ids, 'all');
+    await ref.close();
+    for (const rs0 of rs.kda) if (rs0) assert.ok(rs0.S.buffer instanceof ArrayBuffer, 'reference state is plain');
+    for (const [threads, chunk] of [[1, 64], [2, 5], [2, 1]] as const) {
+      const m = await Model.load(dir, { ctx: 8, threads, chunk });
+      try {
+        const st = m.newState();
+        const g = activeKernels()!;
+        for (const k of st.kda) if (k) assert.ok(g.ownerOf(k.S) && g.ownerOf(k.conv), 'KDA state in kernel memory');
+        for (const c of st.mla) if (c) assert.ok(g.ownerOf(c.lat) && g.ownerOf(c.rope), 'MLA cache in kernel memory');
+        const got = await m.forward(st, ids, 'all', chunk);
+        sameBytes(got, want, `${name} threads=${threads} chunk=${chunk} logits`);
+        for (let l = 0; l < st.kda.length; l++) {
+          const a = st.kda[l], b = rs.kda[l];
+          if (a && b) {
+            sameBytes(a.S, b.S, `layer ${l} S`);
+            sameBytes(a.conv, b.conv, `layer ${l} conv`);
+          }
+          const c = st.mla[l], e = rs.mla[l];
+          if (c && e) {
+            assert.ok(g.ownerOf(c.lat) && g.ownerOf(c.rope), 'grown MLA cache still in kernel memory');
+            sameBytes(c.lat.subarray(0, ids.length * c.Lk), e.lat.subarray(0, ids.length * e.Lk), `layer ${l} latents`);
+            sameBytes(c.rope.subarray(0, ids.length * c.dr), e.rope.subarray(0, ids.length * e.dr), `layer ${l} rope keys`);
+          }
+        }
+        // an explicit null allocator keeps plain arrays even with kernels active
+        const plain = new SequenceState(m.config, 8, null);
+        for (const k of plain.kda) if (k) assert.ok(!g.ownerOf(k.S));
+      } finally {
+        await m.close();
+      }
+    }
+  });
+}
