@@ -6,7 +6,7 @@
 
 import type { Mat } from '../store/mat.js';
 import { kdaStep } from '../kernels/dispatch.js';
-import { linear, sigmoid } from './ops.js';
+import { linear, linearMany, sigmoid } from './ops.js';
 
 const fr = Math.fround;
 
@@ -143,12 +143,11 @@ export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T
   const d = p.headDim;
   const P = H * d;
   const W = p.convSize;
-  const qr = await linear(w.q, x, T);
-  const kr = await linear(w.k, x, T);
-  const vr = await linear(w.v, x, T);
-  const z = await linear(w.fb, await linear(w.fa, x, T), T);
-  const beta = await linear(w.b, x, T);
-  const gamma = 'full' in w.gate ? await linear(w.gate.full, x, T) : await linear(w.gate.b, await linear(w.gate.a, x, T), T);
+  // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
+  const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
+  const [qr, kr, vr, fa, beta, g] = (await linearMany([w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
+  const [z, gb] = await linearMany([{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
+  const gamma = gb ?? g!;
 
   const work = state.work ?? new Float32Array(5 * P + H);
   const q = work.subarray(0, P), k = work.subarray(P, 2 * P), v = work.subarray(2 * P, 3 * P);

@@ -8,7 +8,7 @@ import { dot } from '../kernels/ref.js';
 import { matmul, matvecT, mlaScores, mlaWeightedSum } from '../kernels/dispatch.js';
 import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../kernels/types.js';
-import { linear, rmsNorm, sigmoid } from './ops.js';
+import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
 import type { F32Alloc } from './kda.js';
 
@@ -83,8 +83,10 @@ export class MlaCache {
 /** MLA for T tokens of normalized input x [T, D] at positions cache.length …; appends to the cache. */
 export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Promise<Float32Array> {
   const { heads: H, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
-  const q = 'direct' in w.q ? await linear(w.q.direct, x, T) : await linear(w.q.b, rmsNorm(await linear(w.q.a, x, T), T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
-  const a = await linear(w.kva, x, T); // [T, Lk + dr]
+  // The products of x in one batch (q_a or q_proj, kv_a, the output gate), then q_b.
+  const first = 'direct' in w.q ? w.q.direct : w.q.a;
+  const [q0, a, g] = await linearMany([first, w.kva, ...(w.gate ? [w.gate] : [])].map((m) => ({ m, x, T })));
+  const q = 'direct' in w.q ? q0! : await linear(w.q.b, rmsNorm(q0!, T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
   const p0 = cache.length;
   cache.reserve(p0 + T);
   for (let t = 0; t < T; t++) {
@@ -97,8 +99,7 @@ export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T
   const out = new Float32Array(T * H * dv);
   await w.kvb.whole((kvb) => attend(p, kvb, q, T, p0, cache, out));
   if (w.gate) {
-    const g = await linear(w.gate, x, T);
-    for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g[i]!);
+    for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g![i]!);
   }
   return linear(w.o, out, T);
 }

@@ -157,24 +157,20 @@ export function trunkOrder(cfg: ModelConfig): TrunkMatrix[] {
       add(l, `${b}k_proj`, P, D);
       add(l, `${b}v_proj`, P, D);
       add(l, `${b}f_a_proj`, d, D);
-      add(l, `${b}f_b_proj`, P, d);
       add(l, `${b}b_proj`, k.heads, D);
-      if (k.fullRankGate) add(l, `${b}g_proj`, P, D);
-      else {
-        add(l, `${b}g_a_proj`, d, D);
-        add(l, `${b}g_b_proj`, P, d);
-      }
+      add(l, k.fullRankGate ? `${b}g_proj` : `${b}g_a_proj`, k.fullRankGate ? P : d, D);
+      add(l, `${b}f_b_proj`, P, d);
+      if (!k.fullRankGate) add(l, `${b}g_b_proj`, P, d);
       add(l, `${b}o_proj`, D, P);
     } else {
       const m = cfg.mla;
       const dq = m.nopeDim + m.ropeDim;
-      if (m.qLoraRank) {
-        add(l, `${b}q_a_proj`, m.qLoraRank, D);
-        add(l, `${b}q_b_proj`, m.heads * dq, m.qLoraRank);
-      } else add(l, `${b}q_proj`, m.heads * dq, D);
+      if (m.qLoraRank) add(l, `${b}q_a_proj`, m.qLoraRank, D);
+      else add(l, `${b}q_proj`, m.heads * dq, D);
       add(l, `${b}kv_a_proj_with_mqa`, m.kvLoraRank + m.ropeDim, D);
-      add(l, `${b}kv_b_proj`, m.heads * (m.nopeDim + m.vDim), m.kvLoraRank, true);
       if (m.outputGate) add(l, `${b}g_proj`, m.heads * m.vDim, D);
+      if (m.qLoraRank) add(l, `${b}q_b_proj`, m.heads * dq, m.qLoraRank);
+      add(l, `${b}kv_b_proj`, m.heads * (m.nopeDim + m.vDim), m.kvLoraRank, true);
       add(l, `${b}o_proj`, D, m.heads * m.vDim);
     }
     if (L.ffn === 'dense') {
