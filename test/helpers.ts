@@ -1,5 +1,6 @@
 // Shared test helpers: paths to fixtures, an in-memory tensor store, byte comparison.
 
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TensorEntry } from '../src/checkpoint/safetensors.js';
@@ -63,4 +64,18 @@ export function worstExcess(a: ArrayLike<number>, b: ArrayLike<number>, abs: num
     if (d > maxAbs) maxAbs = d;
   }
   return { excess, maxAbs, at };
+}
+
+/** The tokenizer goldens (copied from shared/golden/tokenizer). */
+export const TOKENIZER = path.join(FIXTURES, 'tokenizer');
+
+/** A fixture file's text, and a .jsonl fixture as parsed lines. */
+export function readFixture(dir: string, f: string): string {
+  return fs.readFileSync(path.join(dir, f), 'utf8');
+}
+export function readJsonl<T>(dir: string, f: string): T[] {
+  return readFixture(dir, f)
+    .split('\n')
+    .filter((l) => l.length > 0)
+    .map((l) => JSON.parse(l) as T);
 }

@@ -3,23 +3,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEMO_VOCAB_SIZE, Tokenizer, demoTokenizerFiles, loadTokenizer, renderChat, stopTokenIds } from '../src/tokenizer/index.js';
 import { UserError } from '../src/util/errors.js';
+import { TOKENIZER } from './helpers.js';
 
-function fixtureDir(): string {
-  const candidates = [
-    join(process.cwd(), 'test/fixtures/tokenizer'),
-    fileURLToPath(new URL('../../test/fixtures/tokenizer/', import.meta.url)),
-  ];
-  const d = candidates.find((c) => existsSync(join(c, 'tiktoken.model')));
-  if (!d) throw new Error(`tokenizer fixtures not found in ${candidates.join(' or ')}`);
-  return d;
-}
-const F = fixtureDir();
+const F = TOKENIZER;
 const MAIN = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
 const dir = mkdtempSync(join(tmpdir(), 'k3-tok-'));

@@ -3,29 +3,15 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Tokenizer, parseTiktokenModel, referenceChunks } from '../src/tokenizer/index.js';
 import { bpeHeap, bpeSimple } from '../src/tokenizer/bpe.js';
 import { UserError } from '../src/util/errors.js';
+import { TOKENIZER, readFixture, readJsonl } from './helpers.js';
 
-function fixtureDir(): string {
-  const candidates = [
-    join(process.cwd(), 'test/fixtures/tokenizer'),
-    fileURLToPath(new URL('../../test/fixtures/tokenizer/', import.meta.url)),
-  ];
-  const d = candidates.find((c) => existsSync(join(c, 'tiktoken.model')));
-  if (!d) throw new Error(`tokenizer fixtures not found in ${candidates.join(' or ')}`);
-  return d;
-}
-const F = fixtureDir();
-const read = (f: string): string => readFileSync(join(F, f), 'utf8');
-const jsonl = <T>(f: string): T[] =>
-  read(f)
-    .split('\n')
-    .filter((l) => l.length > 0)
-    .map((l) => JSON.parse(l) as T);
+const F = TOKENIZER;
+const read = (f: string): string => readFixture(F, f);
+const jsonl = <T>(f: string): T[] => readJsonl<T>(F, f);
 
 interface Case {
   name: string;
