@@ -112,8 +112,3 @@ export async function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: A
   const [g, u] = await linearMany([{ m: w.gate, x, T }, { m: w.up, x, T }]);
   return linear(w.down, gatedAct(g!, u!, act), T);
 }
-
-/** Row t of a [T, n] array, as a view. */
-export function row(a: Float32Array, t: number, n: number): Float32Array {
-  return a.subarray(t * n, (t + 1) * n);
-}

@@ -18,7 +18,3 @@ export class ReadError extends UserError {
     this.name = 'ReadError';
   }
 }
-
-export function fail(message: string, exitCode = 2): never {
-  throw new UserError(message, exitCode);
-}
