@@ -296,9 +296,22 @@ export class WeightStore {
     return { coalesced: null, offsets: ranges.map((r) => ((o += r.length), o - r.length)) };
   }
 
+  private readonly places = new Map<number, { parts: ExpertPart[]; coalesced: Range | null; offsets: number[] }>();
+
+  /** An expert's parts and where they go in its slot (worked out once per expert). */
+  private expertPlace(l: number, e: number): { parts: ExpertPart[]; coalesced: Range | null; offsets: number[] } {
+    const key = l * 65536 + e;
+    let p = this.places.get(key);
+    if (!p) {
+      const parts = this.layout.experts(l, e);
+      p = { parts, ...this.slotLayout(parts) };
+      this.places.set(key, p);
+    }
+    return p;
+  }
+
   private async readExpert(l: number, e: number, slot: Uint8Array): Promise<void> {
-    const parts = this.layout.experts(l, e);
-    const { coalesced, offsets } = this.slotLayout(parts);
+    const { parts, coalesced, offsets } = this.expertPlace(l, e);
     if (coalesced) await this.readRange(coalesced, slot.subarray(0, coalesced.length));
     else {
       const ranges = parts.flatMap((p) => (p.scale ? [p.data, p.scale] : [p.data]));
@@ -308,8 +321,7 @@ export class WeightStore {
   }
 
   private expertWeights(l: number, e: number, slot: Uint8Array): MlpWeights {
-    const parts = this.layout.experts(l, e);
-    const { offsets } = this.slotLayout(parts);
+    const { parts, offsets } = this.expertPlace(l, e);
     let k = 0;
     const mats = parts.map((p) => {
       const dataOff = offsets[k++]!;
