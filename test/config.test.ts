@@ -93,3 +93,15 @@ test('a K3 checkpoint written by k3 synth loads, and k3 info reports the 1-based
   assert.equal(JSON.parse(g.stdout).generated_ids.length, 2);
   fs.rmSync(out, { recursive: true, force: true });
 });
+
+test('k3 info on the real K3 config alone: the census of K3.md §1 (2,779,484,478,208 params; experts 1,446,456,066,048 bytes)', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const { CLI } = await import('./helpers.js');
+  const r = spawnSync(process.execPath, [CLI, 'info', REAL_K3, '--json'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const i = JSON.parse(r.stdout);
+  assert.equal(i.params, 2_779_484_478_208);
+  assert.equal(i.expert_bytes, 1_446_456_066_048);
+  assert.equal(i.by_dtype.F32.params, 11_122_432);
+  assert.equal(i.mla_layers.length, 24);
+});

@@ -5,6 +5,8 @@ import { indexCheckpointDir } from '../checkpoint/safetensors.js';
 import { census, layerMap, stateSize } from '../model/census.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { virtualEntries } from '../store/virtual.js';
 
 function gb(n: number): string {
   return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} MB` : `${(n / 1e3).toFixed(1)} kB`;
@@ -14,15 +16,20 @@ export const command: Command = {
   summary: 'architecture, layer map, experts, parameters and bytes by dtype, state sizes',
   help: `usage: k3 info MODEL [--json]
 
-Reads config.json and the safetensors headers (no weights) and prints the architecture, the
+Reads config.json and the safetensors headers (no weights; MODEL may also be a config.json
+alone, then the official dtypes are assumed) and prints the architecture, the
 layer map (KDA / MLA, dense / MoE, 0-based), the experts, parameter counts and bytes by dtype,
 and the state a sequence needs (per sequence and per position).`,
   async run(args) {
     const { values, positionals } = parse('info', args, { json: { type: 'boolean' } }, 1);
-    const dir = positionals[0]!;
-    if (!fs.existsSync(dir)) throw new UserError(`info: model directory ${dir} does not exist`);
-    const cfg = loadConfig(dir);
-    const entries = indexCheckpointDir(dir);
+    const target = positionals[0]!;
+    if (!fs.existsSync(target)) throw new UserError(`info: ${target} does not exist`);
+    const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
+    const dir = path.dirname(cfgPath);
+    const cfg = loadConfig(cfgPath);
+    // Without weights (config.json alone), count the official dtypes: BF16 trunk, MXFP4 K3 experts.
+    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
+    const entries = hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg);
     const c = census(cfg, entries);
     const s = stateSize(cfg);
     const map = layerMap(cfg);
