@@ -90,9 +90,10 @@ async function main(): Promise<void> {
   const k1s = await createKernels({ threads: 1, memoryBytes: 256 << 20, relaxed: false });
   const kN = await createKernels({ threads: THREADS, memoryBytes: 256 << 20 });
   const cases: [WeightFormat, number, number, number][] = [
-    ['bf16', 2048, 2048, 1], ['bf16', 2048, 2048, 8],
-    ['mxfp4', 768, 1024, 1], ['mxfp4', 768, 1024, 8], ['mxfp4', 1024, 768, 1], ['mxfp4', 1024, 768, 8],
-    ['f32', 1024, 1024, 1], ['f16', 1024, 1024, 1], ['int4', 1024, 1024, 1], ['int4', 1024, 1024, 8],
+    // T = 1: decode; T = 8: about one MoE expert's share of a 64-token prefill; T = 64: prefill
+    ['bf16', 2048, 2048, 1], ['bf16', 2048, 2048, 8], ['bf16', 2048, 2048, 64],
+    ['mxfp4', 768, 1024, 1], ['mxfp4', 768, 1024, 8], ['mxfp4', 768, 1024, 64], ['mxfp4', 1024, 768, 1], ['mxfp4', 1024, 768, 8],
+    ['f32', 1024, 1024, 1], ['f32', 1024, 1024, 8], ['f16', 1024, 1024, 1], ['int4', 1024, 1024, 1], ['int4', 1024, 1024, 8],
     ['fp8', 1024, 1024, 1], ['fp8', 1024, 1024, 8],
   ];
   const rows: Row[] = [];

@@ -95,6 +95,9 @@ const SHAPES: Record<WeightFormat, [number, number][]> = {
   mxfp4: [[1, 32], [3, 64], [17, 96], [33, 128]],
 };
 const FORMATS = Object.keys(SHAPES) as WeightFormat[];
+// Below TILE_MIN_T each token runs the single-token dot; from it on, tokens come in tiles of
+// TILE_TOKENS with a smaller last tile (every tile size 1..TILE_TOKENS occurs below).
+const TS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 64];
 
 let k1: Kernels; // 1 thread
 let k2: Kernels; // 2 threads, every call split
@@ -119,12 +122,12 @@ test('relaxed SIMD: available on this Node, and switchable', () => {
 });
 
 for (const format of FORMATS) {
-  test(`matmul ${format}: fast == ref, bytes, for T 1/3/7, threads 1/2, relaxed on/off`, () => {
+  test(`matmul ${format}: fast == ref, bytes, for T 1..64 (single-token and tiled paths), threads 1/2, relaxed on/off`, () => {
     for (const [rows, cols] of SHAPES[format]) {
       const dtypes = format === 'int4' || format === 'fp8' ? (['F32', 'BF16', 'F16'] as const) : (['F32'] as const);
       for (const sdt of dtypes) {
         const w = makeWeight(format, rows, cols, sdt);
-        for (const T of [1, 3, 7]) {
+        for (const T of TS) {
           const x = randX(T * cols);
           const want = new Float32Array(T * rows);
           ref.matmul(w, x, T, want);
@@ -165,7 +168,7 @@ test('mxfp4 edge scales (subnormal results, 255 = zero) and bf16 subnormals', ()
     if (i % 5 === 0) a[i] = (i & 0x7f) | (i & 8 ? 0x8000 : 0); // subnormals and +-0
   });
   for (const ww of [w, wb]) {
-    for (const T of [1, 4]) {
+    for (const T of [1, 4, 6, 13]) {
       const x = randX(T * cols);
       const want = new Float32Array(T * rows);
       ref.matmul(ww, x, T, want);
@@ -229,9 +232,9 @@ test('row ranges and batches: other outputs untouched, one dispatch for several 
 
 test('a token gives the same bytes alone or in any chunk (T independence)', () => {
   const rows = 21, cols = 160;
-  for (const format of ['bf16', 'mxfp4', 'int4'] as const) {
+  for (const format of ['bf16', 'mxfp4', 'int4', 'f32', 'fp8'] as const) {
     const w = makeWeight(format, rows, cols);
-    const T = 9;
+    const T = 17;
     const x = randX(T * cols);
     const all = new Float32Array(T * rows);
     k2.matmul(w, x, T, all);

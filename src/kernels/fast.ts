@@ -24,7 +24,7 @@
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from './types.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, type Fmt } from './wasm/kernels.js';
+import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, type Fmt } from './wasm/kernels.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
 
 const PAGE = 65536;
@@ -114,7 +114,7 @@ export class Kernels {
     const threads = Math.max(1, Math.floor(opts.threads ?? os.availableParallelism()));
     const maxCols = align(Math.max(16, opts.maxCols ?? 32768), 16);
     const relaxed = (opts.relaxed ?? true) && relaxedSimdAvailable();
-    const scratchBytes = 2 * align(maxCols * 4, 64) + 256;
+    const scratchBytes = 2 * align(maxCols * 4, 64) + 256 + TILE_SCRATCH;
     const arenaStart = align(CONST_END + threads * scratchBytes, PAGE);
     const maxPages = Math.min(MAX_PAGES, Math.ceil((opts.maxMemoryBytes ?? MAX_PAGES * PAGE) / PAGE));
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));
@@ -235,11 +235,20 @@ export class Kernels {
     return { fmt, w: d, s, sdt, rows, cols };
   }
 
-  /** x [T, cols] in the layout the format's kernel wants (permuted copy if needed). */
-  private prepX(x: Float32Array, T: number, cols: number, perm: 'id' | 'bf'): number {
+  /**
+   * x [T, cols] in the layout the format's kernel wants: for T >= TILE_MIN_T token tiles
+   * (tilex), below that the rows themselves or their permuted copy.
+   */
+  private prepX(x: Float32Array, T: number, cols: number, perm: 'id' | 'bf', tiled: boolean): number {
     const n = T * cols;
     if (x.length < n) throw new RangeError(`activations: ${x.length} values, need ${n}`);
     const inMem = this.contains(x);
+    if (tiled) {
+      const src = inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
+      const dst = this.alloc(n * 4).offset;
+      this.ex.tilex!(src, dst, T, cols, perm === 'bf' ? 1 : 0);
+      return dst;
+    }
     if (perm === 'id') return inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
     const src = inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
     const dst = this.alloc(n * 4).offset;
@@ -278,12 +287,14 @@ export class Kernels {
         if (!(Number.isInteger(T) && T >= 0)) throw new RangeError(`bad T ${T}`);
         if (!(0 <= r0 && r0 <= r1 && r1 <= R.rows)) throw new RangeError(`bad row range [${r0}, ${r1}) of ${R.rows}`);
         if (op.y.length < T * R.rows) throw new RangeError(`output: ${op.y.length} values, need ${T * R.rows}`);
-        const perm = MM_PERM[R.fmt];
+        // the kernels take T >= TILE_MIN_T as token tiles (see wasm/kernels.ts, tiled path)
+        const tiled = T >= TILE_MIN_T;
+        const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
         let byPerm = xCache.get(op.x);
         if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
-        const key = `${perm}:${R.cols}:${T}`;
+        const key = `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
         let x = byPerm.get(key);
-        if (x === undefined) byPerm.set(key, (x = this.prepX(op.x, T, R.cols, perm)));
+        if (x === undefined) byPerm.set(key, (x = this.prepX(op.x, T, R.cols, perm, tiled)));
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
         else {

@@ -24,7 +24,7 @@
 // at KCONST), then, from CONST_END, the arena.
 
 import {
-  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv,
+  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv, if_,
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
 } from './emit.js';
 import { addFused } from './fused.js';
@@ -48,13 +48,24 @@ export const MM_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'bf', f16: 'id', fp
 const ROWS: Record<Fmt, 'f32' | 'bf16' | 'dec_f32' | 'dec_bf16'> = {
   f32: 'f32', bf16: 'bf16', mxfp4: 'dec_bf16', f16: 'dec_f32', fp8: 'dec_f32', int4: 'dec_f32',
 };
+/** Tokens per tile of the multi-token (T >= TILE_MIN_T) matmul (see the tiled path). */
+export const TILE_TOKENS = 6;
+/** Smallest T that takes the tiled path (fast.ts tiles x from this T on; below it, each token
+ *  runs the single-token dot, which measured faster for T < 5). */
+export const TILE_MIN_T = 5;
+/** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
+export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
+/** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
+export const TILE_SCRATCH = 16 * 4 * 16 + 64;
 export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4'];
 
 export interface GenOptions {
   /** Use relaxed_swizzle for table lookups (indices are always 0..15, so results are identical). */
   relaxed: boolean;
-  /** Decoded rows per pass in the multi-token matmul (registers: 4 accumulators per row). */
-  rowsPerPass?: number;
+  /** Tokens per tile of the multi-token path, and the smallest T that takes it (tuning only: the
+   *  defaults TILE_TOKENS and TILE_MIN_T are what fast.ts lays the activations out for). */
+  tileTokens?: number;
+  tileMinT?: number;
   /** Column tile widths of the fused kernels (fused.ts), for tuning. */
   kdaTile?: number;
   wsumTile?: number;
@@ -358,8 +369,9 @@ export function generate(opts: GenOptions): Generated {
     dec.mx2bf = f;
   }
 
-  // ---- row tiles: RR rows at a time share the activation loads (RR = 1 measured fastest on
-  // Zen 5 / V8 11: with more, V8 hoists the loads and spills accumulators) ----
+  // ---- row tiles: one row with TB tokens at a time, 4 accumulators per token. The single-token
+  // path uses TB = 1: with TB >= 2 (and with several rows per pass) V8 hoists the loads and spills
+  // accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row ----
 
   /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
   interface RowSource {
@@ -374,51 +386,50 @@ export function generate(opts: GenOptions): Generated {
   }
 
   /**
-   * Dot RR rows (rBase .. rBase+RR-1) with one activation row at xq (perm layout) and store
-   * y[yIndex(i)]. Uses locals prefixed by tag.
+   * Dot one row (at rBase) with TB activation rows (token j at xq + j*xStride, perm layout) and
+   * store y[yAddr(j)]. The row's weights of a step are loaded (and widened) once into locals and
+   * used for all TB tokens; each token keeps its own 4 accumulators, so every output element still
+   * sees exactly the canonical per-lane mul-then-add sequence. Uses locals prefixed by tag.
    */
-  const tileBody = (f: Fn, perm: Perm, RR: number, src: RowSource, rBase: Code, xq: Code, yAddr: (i: number) => Code, tag: string): Code[] => {
-    const A = Array.from({ length: RR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
-    const nx = src.stepCols / 4;
-    const X = Array.from({ length: nx }, (_, k) => f.local(`${tag}x${k}`, V128));
-    const q = f.local(`${tag}q`, I32), qend = f.local(`${tag}qend`, I32), xb = f.local(`${tag}xb`, I32);
+  const tileBody = (f: Fn, perm: Perm, TB: number, src: RowSource, rBase: Code, xq: Code, xStride: Code, yAddr: (j: number) => Code, tag: string): Code[] => {
+    const A = Array.from({ length: TB }, (_, j) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${j}_${k}`, V128)));
+    const Q = Array.from({ length: TB }, (_, j) => f.local(`${tag}q${j}`, I32));
+    const W = Array.from({ length: src.stepCols / 4 }, (_, k) => f.local(`${tag}w${k}`, V128));
+    const qend = f.local(`${tag}qend`, I32);
     const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
-    const out: Code[] = [set(xb, xq)];
-    for (let i = 0; i < RR; i++) out.push(...src.init(f, i, i32.add(rBase, i32.const(i))));
+    const out: Code[] = [set(Q[0]!, xq)];
+    for (let j = 1; j < TB; j++) out.push(set(Q[j]!, i32.add(get(Q[j - 1]!), xStride)));
+    out.push(...src.init(f, 0, rBase));
     out.push(...A.flat().map((a) => set(a, ZERO)));
+    const macs = (k: number, w: Code): Code[] => TB === 1
+      ? [mac(A[0]![k & 3]!, w, v128.load(get(Q[0]!), 16 * k))]
+      : [set(W[k]!, w), ...Q.map((q, j) => mac(A[j]![k & 3]!, get(W[k]!), v128.load(get(q), 16 * k)))];
     out.push(
-      set(q, get(xb)),
-      set(qend, addp(get(xb), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
-      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-        ...X.map((x, k) => set(x, v128.load(get(q), 16 * k))),
-        ...A.flatMap((Ai, i) => src.step(f, i, (k, w) => mac(Ai[k & 3]!, w, get(X[k]!)))),
-        ...A.flatMap((_, i) => src.advance(f, i)),
-        set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0))),
+      set(qend, addp(get(Q[0]!), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
+      block(loop(br_if(1, i32.ge_u(get(Q[0]!), get(qend))),
+        ...src.step(f, 0, (k, w) => macs(k, w)),
+        ...src.advance(f, 0),
+        ...Q.map((q) => set(q, i32.add(get(q), i32.const(src.stepCols * 4)))), br(0))),
     );
-    for (let i = 0; i < RR; i++) {
+    for (let j = 0; j < TB; j++) {
+      // after the loop Q[j] points at token j's tail
       out.push(
-        set(acc, finalize(f, perm, A[i]!, `${tag}${i}`)),
+        set(acc, finalize(f, perm, A[j]!, `${tag}${j}`)),
         set(c, i32.and(cols, i32.const(-16))),
         block(loop(br_if(1, i32.ge_u(get(c), cols)),
-          set(acc, f32.add(get(acc), f32.mul(src.tail(f, i, get(c)), f32.load(addp(get(xb), i32.shl(get(c), i32.const(2))))))),
+          set(acc, f32.add(get(acc), f32.mul(src.tail(f, 0, get(c)),
+            f32.load(addp(get(Q[j]!), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
           set(c, i32.add(get(c), i32.const(1))), br(0))),
-        f32.store(yAddr(i), get(acc)),
+        f32.store(yAddr(j), get(acc)),
       );
     }
     return out;
   };
 
-  /** for (r = r0; r + RR <= r1; r += RR) body(RR); then the remaining rows one by one. */
-  const rowLoop = (f: Fn, RR: number, body: (rr: number, r: number) => Code[]): Code => {
+  /** for (r = r0; r < r1; r++) body(r). */
+  const rowLoop = (f: Fn, body: (r: number) => Code[]): Code => {
     const r = f.local('r', I32);
-    const out: Code[] = [set(r, get(f.p('r0')))];
-    for (const rr of RR > 1 ? [RR, 1] : [1]) {
-      out.push(block(loop(
-        br_if(1, i32.gt_u(i32.add(get(r), i32.const(rr)), get(f.p('r1')))),
-        ...body(rr, r),
-        set(r, i32.add(get(r), i32.const(rr))), br(0))));
-    }
-    return out;
+    return [set(r, get(f.p('r0'))), forLt(r, f.p('r1'), 1, ...body(r))];
   };
 
   // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
@@ -449,11 +460,12 @@ export function generate(opts: GenOptions): Generated {
     tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
   });
 
-  // ---- matmul: y[t, r] for t < T, r in [r0, r1). Rows are taken RR at a time; a row tile is
-  // decoded once (if its format needs it) and then used for every token ----
-  const RRv = Math.max(1, Math.min(3, opts.rowsPerPass ?? 1));
+  const mm1: Partial<Record<Fmt, Fn>> = {};
+  // ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
+  // decoded once (if its format needs it) and then dotted with each token in turn ----
   for (const fmt of FMTS) {
-    const f = fnx(`mm_${fmt}`, MM_PARAMS);
+    const f = fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+    mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));
     const perm = MM_PERM[fmt];
     const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
@@ -461,23 +473,174 @@ export function generate(opts: GenOptions): Generated {
     const kind = ROWS[fmt];
     const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(base, stride) : srcF32(base, stride);
     const decFn = kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!;
-    f.body = rowLoop(f, kind === 'dec_f32' ? 1 : RRv, (rr, r) => [
+    const tiles: Code[] = [
+      set(t, i32.const(0)),
+      forLt(t, f.p('T'), 1,
+        ...tileBody(f, perm, 1, src, get(f.local('r', I32)), addp(P('x'), i32.mul(get(t), get(colsb))), get(colsb),
+          (j) => addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), get(f.local('r', I32))), i32.const(2))), 't1_')),
+    ];
+    f.body = rowLoop(f, (r) => [
       ...(kind === 'f32' || kind === 'bf16'
         ? [
           set(stride, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
           set(base, addp(P('w'), i32.mul(get(r), get(stride)))),
         ]
         : [
-          set(stride, i32.and(i32.add(kind === 'dec_bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb), i32.const(63)), i32.const(-64))),
-          ...Array.from({ length: rr }, (_, i) => drop(call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'),
-            i32.add(get(r), i32.const(i)), addp(P('scratch'), i32.mul(i32.const(i), get(stride)))))),
+          drop(call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(r), P('scratch'))),
           set(base, P('scratch')),
         ]),
-      set(t, i32.const(0)),
-      forLt(t, f.p('T'), 1,
-        ...tileBody(f, perm, rr, src, get(r), addp(P('x'), i32.mul(get(t), get(colsb))),
-          (i) => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), i32.add(get(r), i32.const(i))), i32.const(2))), `t${rr}_`)),
+      ...tiles,
     ]);
+  }
+
+  // ---- tiled multi-token matmul (T >= 2). The activations come as tiles of TT tokens (the last
+  // tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding
+  // columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
+  // token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
+  // One pass over a row per lane group keeps that group of all tt tokens in registers: per
+  // step, one weight vector is loaded (and widened) once and used for tt tokens, and the
+  // activations stream contiguously. Each lane is an independent chain, so splitting the 16
+  // lanes into passes changes nothing: every output element sees the canonical per-lane
+  // mul-then-add sequence, then the fixed combine and the sequential tail ----
+  const TT = Math.max(1, Math.min(16, opts.tileTokens ?? TILE_TOKENS));
+  for (const fmt of FMTS) {
+    const f = fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
+    const P = (n: string) => get(f.p(n));
+    const kind = ROWS[fmt];
+    // bf16 rows (weights, or mxfp4 decoded to bf16) are widened to f32 once per row: widening in
+    // the inner loop (load16x4_u + shl) measured ~25% slower than an f32 load
+    const bf = kind === 'bf16' || kind === 'dec_bf16';
+    const decFn = kind === 'dec_bf16' ? dec.mx2bf! : kind === 'dec_f32' ? dec[fmt]! : null;
+    const r = f.local('r', I32), rp = f.local('rp', I32), t = f.local('t', I32), xg = f.local('xg', I32);
+    const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), f32row = f.local('f32row', I32);
+    const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
+    const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
+    const hv = f.local('hv', V128);
+    const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
+    f.prologue.push(
+      set(colsb, i32.shl(P('cols'), i32.const(2))),
+      set(n16, i32.and(P('cols'), i32.const(-16))),
+      // scratch: [decoded row][f32 row][accumulators between passes]
+      set(f32row, addp(P('scratch'), i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64)))),
+      set(ab, addp(get(f32row), i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64)))),
+    );
+    /** bf16 row at rp -> f32 at f32row (natural order); rp = f32row. */
+    const widen: Code[] = [
+      set(p, get(rp)), set(q, get(f32row)),
+      set(qend, addp(get(f32row), i32.shl(i32.and(P('cols'), i32.const(-8)), i32.const(2)))),
+      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+        set(hv, v128.load(get(p))),
+        v128.store(get(q), i32x4.shl(i32x4.extend_low_i16x8_u(get(hv)), i32.const(16))),
+        v128.store(get(q), i32x4.shl(i32x4.extend_high_i16x8_u(get(hv)), i32.const(16)), 16),
+        set(p, i32.add(get(p), i32.const(16))), set(q, i32.add(get(q), i32.const(32))), br(0))),
+      set(qend, addp(get(f32row), get(colsb))),
+      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+        i32.store(get(q), i32.shl(i32.load16_u(get(p)), i32.const(16))),
+        set(p, i32.add(get(p), i32.const(2))), set(q, i32.add(get(q), i32.const(4))), br(0))),
+      set(rp, get(f32row)),
+    ];
+    const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
+    const group = (tt: number): Code[] => {
+      // lane groups per pass: enough independent chains (gg*tt) to hide the add latency, few
+      // enough registers (V8 hoists the gg*tt activation loads: 2*gg*tt + gg <= 15)
+      const gg = tt === 1 ? 4 : tt <= 3 ? 2 : 1;
+      const A = Array.from({ length: gg }, (_, g) => Array.from({ length: tt }, (_, j) => f.local(`a${tt}_${g}_${j}`, V128)));
+      const W = Array.from({ length: gg }, (_, g) => f.local(`wv${g}`, V128));
+      const out: Code[] = [];
+      for (let k0 = 0; k0 < 4; k0 += gg) {
+        out.push(
+          ...A.flat().map((a) => set(a, ZERO)),
+          set(p, get(rp)),
+          ...A.map((_, g) => set(QG[g]!, addp(get(xg), i32.mul(get(n16), i32.const(tt * (k0 + g)))))),
+          set(qend, addp(get(QG[0]!), i32.mul(get(n16), i32.const(tt)))),
+          block(loop(br_if(1, i32.ge_u(get(QG[0]!), get(qend))),
+            ...A.flatMap((Ag, g) => [
+              set(W[g]!, v128.load(get(p), 16 * (k0 + g))),
+              ...Ag.map((a, j) => mac(a, get(W[g]!), v128.load(get(QG[g]!), 16 * j))),
+            ]),
+            set(p, i32.add(get(p), i32.const(64))),
+            ...A.map((_, g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
+          ...A.flatMap((Ag, g) => Ag.map((a, j) => v128.store(get(ab), get(a), ((k0 + g) * tt + j) * 16))),
+        );
+      }
+      out.push(set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt)))));
+      // q is at the tails now: token j's at q + j*(cols - n16)*4
+      for (let j = 0; j < tt; j++) {
+        for (let k = 0; k < 4; k++) out.push(set(FA[k]!, v128.load(get(ab), (k * tt + j) * 16)));
+        out.push(
+          set(acc, finalize(f, TILE_PERM[fmt], FA, `tt${tt}_${j}`)),
+          set(c, get(n16)),
+          set(xt, get(q)),
+          block(loop(br_if(1, i32.ge_u(get(c), P('cols'))),
+            set(acc, f32.add(get(acc), f32.mul(f32.load(addp(get(rp), i32.shl(get(c), i32.const(2)))), f32.load(get(xt))))),
+            set(xt, i32.add(get(xt), i32.const(4))),
+            set(c, i32.add(get(c), i32.const(1))), br(0))),
+          set(q, get(xt)),
+          f32.store(addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), get(r)), i32.const(2))), get(acc)),
+        );
+      }
+      return out;
+    };
+    const tiles: Code[] = [set(t, i32.const(0)), set(xg, P('x'))];
+    for (let tt = TT; tt >= 1; tt--) {
+      tiles.push(block(loop(
+        br_if(1, i32.gt_u(i32.add(get(t), i32.const(tt)), P('T'))),
+        ...group(tt),
+        set(t, i32.add(get(t), i32.const(tt))),
+        set(xg, addp(get(xg), i32.mul(get(colsb), i32.const(tt)))), br(0))));
+    }
+    f.body = [
+      set(r, P('r0')),
+      forLt(r, f.p('r1'), 1,
+        decFn
+          ? set(rp, call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(r), P('scratch')))
+          : set(rp, addp(P('w'), i32.mul(get(r), i32.mul(P('cols'), i32.const(bf ? 2 : 4))))),
+        ...(bf ? widen : []),
+        ...tiles),
+    ];
+  }
+  for (const fmt of FMTS) {
+    const f = fnx(`mm_${fmt}`, MM_PARAMS);
+    const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));
+    const mmt = fns.find((g) => g.name === `mmt_${fmt}`)!;
+    f.body = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
+  }
+
+  // ---- tile activations for mmt_*: natural [T, cols] -> tiles of TT tokens (layout above) ----
+  {
+    const f = fnx('tilex', { src: I32, dst: I32, T: I32, cols: I32, perm: I32 });
+    const P = (n: string) => get(f.p(n));
+    const t = f.local('t', I32), tt = f.local('tt', I32), d = f.local('d', I32), b = f.local('b', I32);
+    const j = f.local('j', I32), sp = f.local('sp', I32), n16 = f.local('n16', I32), c = f.local('c', I32);
+    const row = (jj: Code): Code => addp(P('src'), i32.shl(i32.mul(i32.add(get(t), jj), P('cols')), i32.const(2)));
+    /** Region k of the tile: per block b, the lane group's 4 columns of tokens 0..tt-1. */
+    const region = (perm: Perm, k: number): Code => {
+      const PM = PERMS[perm];
+      return [
+        set(b, i32.const(0)),
+        forLt(b, n16, 16,
+          set(j, i32.const(0)),
+          forLt(j, tt, 1,
+            set(sp, addp(row(get(j)), i32.shl(get(b), i32.const(2)))),
+            ...[0, 1, 2, 3].map((l) => f32.store(get(d), f32.load(get(sp), 4 * PM[4 * k + l]!), 4 * l)),
+            set(d, i32.add(get(d), i32.const(16))))),
+      ];
+    };
+    f.body = [
+      set(n16, i32.and(P('cols'), i32.const(-16))),
+      set(t, i32.const(0)), set(d, P('dst')),
+      block(loop(br_if(1, i32.ge_u(get(t), P('T'))),
+        set(tt, i32.sub(P('T'), get(t))),
+        if_(i32.gt_u(get(tt), i32.const(TT)), [set(tt, i32.const(TT))]),
+        if_(i32.eqz(P('perm')), [0, 1, 2, 3].map((k) => region('id', k)), [0, 1, 2, 3].map((k) => region('bf', k))),
+        set(j, i32.const(0)),
+        forLt(j, tt, 1,
+          set(c, get(n16)),
+          forLt(c, f.p('cols'), 1,
+            f32.store(get(d), f32.load(addp(row(get(j)), i32.shl(get(c), i32.const(2))))),
+            set(d, i32.add(get(d), i32.const(4))))),
+        set(t, i32.add(get(t), get(tt))), br(0))),
+    ];
   }
 
   // ---- activation permutation (natural -> perm) and its inverse, per token ----
