@@ -114,7 +114,7 @@ export class Kernels {
     const threads = Math.max(1, Math.floor(opts.threads ?? os.availableParallelism()));
     const maxCols = align(Math.max(16, opts.maxCols ?? 32768), 16);
     const relaxed = (opts.relaxed ?? true) && relaxedSimdAvailable();
-    const scratchBytes = 2 * align(maxCols * 4, 64) + 256 + TILE_SCRATCH;
+    const scratchBytes = 3 * align(maxCols * 4, 64) + 256 + TILE_SCRATCH;
     const arenaStart = align(CONST_END + threads * scratchBytes, PAGE);
     const maxPages = Math.min(MAX_PAGES, Math.ceil((opts.maxMemoryBytes ?? MAX_PAGES * PAGE) / PAGE));
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));

@@ -49,14 +49,16 @@ const ROWS: Record<Fmt, 'f32' | 'bf16' | 'dec_f32' | 'dec_bf16'> = {
   f32: 'f32', bf16: 'bf16', mxfp4: 'dec_bf16', f16: 'dec_f32', fp8: 'dec_f32', int4: 'dec_f32',
 };
 /** Tokens per tile of the multi-token (T >= TILE_MIN_T) matmul (see the tiled path). */
-export const TILE_TOKENS = 6;
+export const TILE_TOKENS = 4;
+/** Rows per pass of the tiled path (1 or 2). */
+export const TILE_ROWS = 2;
 /** Smallest T that takes the tiled path (fast.ts tiles x from this T on; below it, each token
- *  runs the single-token dot, which measured faster for T < 5). */
-export const TILE_MIN_T = 5;
+ *  runs the single-token dot, which measured as fast or faster for T < 4). */
+export const TILE_MIN_T = 4;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
-export const TILE_SCRATCH = 16 * 4 * 16 + 64;
+export const TILE_SCRATCH = 2 * 16 * 4 * 16 + 64;
 export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4'];
 
 export interface GenOptions {
@@ -66,6 +68,7 @@ export interface GenOptions {
    *  defaults TILE_TOKENS and TILE_MIN_T are what fast.ts lays the activations out for). */
   tileTokens?: number;
   tileMinT?: number;
+  tileRows?: number;
   /** Column tile widths of the fused kernels (fused.ts), for tuning. */
   kdaTile?: number;
   wsumTile?: number;
@@ -497,107 +500,132 @@ export function generate(opts: GenOptions): Generated {
   // tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding
   // columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
   // token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
-  // One pass over a row per lane group keeps that group of all tt tokens in registers: per
-  // step, one weight vector is loaded (and widened) once and used for tt tokens, and the
-  // activations stream contiguously. Each lane is an independent chain, so splitting the 16
+  // Rows are first made exact f32 values in scratch (decoded, or bf16 widened: widening in the
+  // inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
+  // group keeps that group of the 2 rows x tt tokens in registers (8 chains for tt = 4, which hide
+  // the add latency; V8 hoists the loads, so more tokens spill): per step, each row's weight
+  // vector is loaded once and used for tt tokens, each activation vector once for both rows, and
+  // the activations stream contiguously. Each lane is an independent chain, so splitting the 16
   // lanes into passes changes nothing: every output element sees the canonical per-lane
   // mul-then-add sequence, then the fixed combine and the sequential tail ----
   const TT = Math.max(1, Math.min(16, opts.tileTokens ?? TILE_TOKENS));
+  const TR = opts.tileRows ?? TILE_ROWS;
   for (const fmt of FMTS) {
     const f = fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
     const P = (n: string) => get(f.p(n));
     const kind = ROWS[fmt];
-    // bf16 rows (weights, or mxfp4 decoded to bf16) are widened to f32 once per row: widening in
-    // the inner loop (load16x4_u + shl) measured ~25% slower than an f32 load
     const bf = kind === 'bf16' || kind === 'dec_bf16';
     const decFn = kind === 'dec_bf16' ? dec.mx2bf! : kind === 'dec_f32' ? dec[fmt]! : null;
-    const r = f.local('r', I32), rp = f.local('rp', I32), t = f.local('t', I32), xg = f.local('xg', I32);
-    const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), f32row = f.local('f32row', I32);
+    const r = f.local('r', I32), t = f.local('t', I32), xg = f.local('xg', I32);
+    const RP = [0, 1].map((i) => f.local(`rp${i}`, I32));
+    const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
     const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
     const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
     const hv = f.local('hv', V128);
     const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
+    const S = (i: number): Code => addp(P('scratch'), i32.mul(get(rowb), i32.const(i)));
     f.prologue.push(
       set(colsb, i32.shl(P('cols'), i32.const(2))),
       set(n16, i32.and(P('cols'), i32.const(-16))),
-      // scratch: [decoded row][f32 row][accumulators between passes]
-      set(f32row, addp(P('scratch'), i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64)))),
-      set(ab, addp(get(f32row), i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64)))),
+      // scratch: [decoded bf16 row][f32 row 0][f32 row 1][accumulators between passes]
+      set(rowb, i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64))),
+      set(RP[0]!, S(1)), set(RP[1]!, S(2)),
+      set(ab, S(3)),
     );
-    /** bf16 row at rp -> f32 at f32row (natural order); rp = f32row. */
-    const widen: Code[] = [
-      set(p, get(rp)), set(q, get(f32row)),
-      set(qend, addp(get(f32row), i32.shl(i32.and(P('cols'), i32.const(-8)), i32.const(2)))),
+    /** bf16 row at src -> f32 at dst (natural order). */
+    const widen = (src: Code, dst: Code): Code[] => [
+      set(p, src), set(q, dst), set(xt, get(q)),
+      set(qend, addp(get(xt), i32.shl(i32.and(P('cols'), i32.const(-8)), i32.const(2)))),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
         set(hv, v128.load(get(p))),
         v128.store(get(q), i32x4.shl(i32x4.extend_low_i16x8_u(get(hv)), i32.const(16))),
         v128.store(get(q), i32x4.shl(i32x4.extend_high_i16x8_u(get(hv)), i32.const(16)), 16),
         set(p, i32.add(get(p), i32.const(16))), set(q, i32.add(get(q), i32.const(32))), br(0))),
-      set(qend, addp(get(f32row), get(colsb))),
+      set(qend, addp(get(xt), get(colsb))),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
         i32.store(get(q), i32.shl(i32.load16_u(get(p)), i32.const(16))),
         set(p, i32.add(get(p), i32.const(2))), set(q, i32.add(get(q), i32.const(4))), br(0))),
-      set(rp, get(f32row)),
     ];
+    /** Row r+i as exact f32 values at RP[i]. */
+    const loadRow = (i: number): Code[] => {
+      const row = i32.add(get(r), i32.const(i));
+      if (kind === 'dec_f32') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
+      if (kind === 'dec_bf16') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, P('scratch'))), ...widen(P('scratch'), get(RP[i]!))];
+      if (kind === 'bf16') return widen(addp(P('w'), i32.mul(row, i32.shl(P('cols'), i32.const(1)))), get(RP[i]!));
+      return [set(RP[i]!, addp(P('w'), i32.mul(row, get(colsb))))];
+    };
     const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
-    const group = (tt: number): Code[] => {
-      // lane groups per pass: enough independent chains (gg*tt) to hide the add latency, few
-      // enough registers (V8 hoists the gg*tt activation loads: 2*gg*tt + gg <= 15)
-      const gg = tt === 1 ? 4 : tt <= 3 ? 2 : 1;
-      const A = Array.from({ length: gg }, (_, g) => Array.from({ length: tt }, (_, j) => f.local(`a${tt}_${g}_${j}`, V128)));
-      const W = Array.from({ length: gg }, (_, g) => f.local(`wv${g}`, V128));
+    const PR = [0, 1].map((i) => f.local(`pr${i}`, I32));
+    const group = (tt: number, nr: number): Code[] => {
+      // lane groups per pass: enough independent chains (nr*gg*tt) to hide the add latency, few
+      // enough registers (V8 hoists the gg*tt activation loads: nr*gg*tt + gg*tt + nr*gg <= 15)
+      const gg = nr === 2 ? (tt === 1 ? 2 : 1) : tt === 1 ? 4 : tt <= 3 ? 2 : 1;
+      const A = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => Array.from({ length: tt }, (_, j) => f.local(`a${nr}_${tt}_${i}_${g}_${j}`, V128))));
+      const W = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => f.local(`wv${i}_${g}`, V128)));
       const out: Code[] = [];
+      const G = Array.from({ length: gg }, (_, g) => g);
+      const R = Array.from({ length: nr }, (_, i) => i);
       for (let k0 = 0; k0 < 4; k0 += gg) {
         out.push(
-          ...A.flat().map((a) => set(a, ZERO)),
-          set(p, get(rp)),
-          ...A.map((_, g) => set(QG[g]!, addp(get(xg), i32.mul(get(n16), i32.const(tt * (k0 + g)))))),
+          ...A.flat(2).map((a) => set(a, ZERO)),
+          ...R.map((i) => set(PR[i]!, get(RP[i]!))),
+          ...G.map((g) => set(QG[g]!, addp(get(xg), i32.mul(get(n16), i32.const(tt * (k0 + g)))))),
           set(qend, addp(get(QG[0]!), i32.mul(get(n16), i32.const(tt)))),
           block(loop(br_if(1, i32.ge_u(get(QG[0]!), get(qend))),
-            ...A.flatMap((Ag, g) => [
-              set(W[g]!, v128.load(get(p), 16 * (k0 + g))),
-              ...Ag.map((a, j) => mac(a, get(W[g]!), v128.load(get(QG[g]!), 16 * j))),
+            ...G.flatMap((g) => [
+              ...R.map((i) => set(W[i]![g]!, v128.load(get(PR[i]!), 16 * (k0 + g)))),
+              ...Array.from({ length: tt }, (_, j) => {
+                const xj = f.local(`xj`, V128);
+                return nr === 1
+                  ? mac(A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
+                  : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];
+              }),
             ]),
-            set(p, i32.add(get(p), i32.const(64))),
-            ...A.map((_, g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
-          ...A.flatMap((Ag, g) => Ag.map((a, j) => v128.store(get(ab), get(a), ((k0 + g) * tt + j) * 16))),
+            ...R.map((i) => set(PR[i]!, i32.add(get(PR[i]!), i32.const(64)))),
+            ...G.map((g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
+          ...R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => v128.store(get(ab), get(a), (((i * 4) + k0 + g) * tt + j) * 16)))),
         );
       }
-      out.push(set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt)))));
-      // q is at the tails now: token j's at q + j*(cols - n16)*4
-      for (let j = 0; j < tt; j++) {
-        for (let k = 0; k < 4; k++) out.push(set(FA[k]!, v128.load(get(ab), (k * tt + j) * 16)));
-        out.push(
-          set(acc, finalize(f, TILE_PERM[fmt], FA, `tt${tt}_${j}`)),
-          set(c, get(n16)),
-          set(xt, get(q)),
-          block(loop(br_if(1, i32.ge_u(get(c), P('cols'))),
-            set(acc, f32.add(get(acc), f32.mul(f32.load(addp(get(rp), i32.shl(get(c), i32.const(2)))), f32.load(get(xt))))),
-            set(xt, i32.add(get(xt), i32.const(4))),
-            set(c, i32.add(get(c), i32.const(1))), br(0))),
-          set(q, get(xt)),
-          f32.store(addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), get(r)), i32.const(2))), get(acc)),
-        );
+      for (const i of R) {
+        // token j's tail at xg + n16*4*tt + j*(cols - n16)*4
+        out.push(set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt)))));
+        for (let j = 0; j < tt; j++) {
+          for (let k = 0; k < 4; k++) out.push(set(FA[k]!, v128.load(get(ab), ((i * 4 + k) * tt + j) * 16)));
+          out.push(
+            set(acc, finalize(f, TILE_PERM[fmt], FA, `tt${tt}_${j}`)),
+            set(c, get(n16)),
+            set(xt, get(q)),
+            block(loop(br_if(1, i32.ge_u(get(c), P('cols'))),
+              set(acc, f32.add(get(acc), f32.mul(f32.load(addp(get(RP[i]!), i32.shl(get(c), i32.const(2)))), f32.load(get(xt))))),
+              set(xt, i32.add(get(xt), i32.const(4))),
+              set(c, i32.add(get(c), i32.const(1))), br(0))),
+            set(q, get(xt)),
+            f32.store(addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), i32.add(get(r), i32.const(i))), i32.const(2))), get(acc)),
+          );
+        }
       }
       return out;
     };
-    const tiles: Code[] = [set(t, i32.const(0)), set(xg, P('x'))];
-    for (let tt = TT; tt >= 1; tt--) {
-      tiles.push(block(loop(
-        br_if(1, i32.gt_u(i32.add(get(t), i32.const(tt)), P('T'))),
-        ...group(tt),
-        set(t, i32.add(get(t), i32.const(tt))),
-        set(xg, addp(get(xg), i32.mul(get(colsb), i32.const(tt)))), br(0))));
+    const tiles = (nr: number): Code[] => {
+      const out: Code[] = [set(t, i32.const(0)), set(xg, P('x'))];
+      for (let tt = TT; tt >= 1; tt--) {
+        out.push(block(loop(
+          br_if(1, i32.gt_u(i32.add(get(t), i32.const(tt)), P('T'))),
+          ...group(tt, nr),
+          set(t, i32.add(get(t), i32.const(tt))),
+          set(xg, addp(get(xg), i32.mul(get(colsb), i32.const(tt)))), br(0))));
+      }
+      return out;
+    };
+    const body: Code[] = [set(r, P('r0'))];
+    for (const nr of TR === 2 ? [2, 1] : [1]) {
+      body.push(block(loop(
+        br_if(1, i32.gt_u(i32.add(get(r), i32.const(nr)), P('r1'))),
+        ...Array.from({ length: nr }, (_, i) => loadRow(i)).flat(),
+        ...tiles(nr),
+        set(r, i32.add(get(r), i32.const(nr))), br(0))));
     }
-    f.body = [
-      set(r, P('r0')),
-      forLt(r, f.p('r1'), 1,
-        decFn
-          ? set(rp, call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(r), P('scratch')))
-          : set(rp, addp(P('w'), i32.mul(get(r), i32.mul(P('cols'), i32.const(bf ? 2 : 4))))),
-        ...(bf ? widen : []),
-        ...tiles),
-    ];
+    f.body = body;
   }
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
