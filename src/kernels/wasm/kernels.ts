@@ -514,7 +514,6 @@ export function generate(opts: GenOptions): Generated {
     const f = fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
     const P = (n: string) => get(f.p(n));
     const kind = ROWS[fmt];
-    const bf = kind === 'bf16' || kind === 'dec_bf16';
     const decFn = kind === 'dec_bf16' ? dec.mx2bf! : kind === 'dec_f32' ? dec[fmt]! : null;
     const r = f.local('r', I32), t = f.local('t', I32), xg = f.local('xg', I32);
     const RP = [0, 1].map((i) => f.local(`rp${i}`, I32));
