@@ -74,7 +74,11 @@ export class Rng {
     return this.nextU32() / 4294967296;
   }
 
-  /** out[i] = tab[16 random bits]; two elements per draw (an odd last element uses the low half). */
+  /**
+   * out[i] = tab[16 random bits]; two elements per draw (an odd last element uses the low half).
+   * map16/map32/map8 are the same loop on purpose: one copy per typed-array type keeps each call
+   * site monomorphic, which is what lets multi-GB checkpoints be written at disk speed.
+   */
   map16(out: Uint16Array, tab: Uint16Array): void {
     let a = this.a, b = this.b, c = this.c, d = this.d;
     const n = out.length;
