@@ -11,6 +11,7 @@ import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
 import { kdaRecurStep } from '../src/model/kda.js';
 import { mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
+import { gatedActRef } from '../src/kernels/wasm/act.js';
 
 const args = process.argv.slice(2);
 const opt = (name: string, def: number): number => {
@@ -190,7 +191,31 @@ async function main(): Promise<void> {
       if (!JSON_OUT) print(row, false);
     }
   }
-  if (JSON_OUT) console.log(JSON.stringify({ threads: THREADS, relaxed: k1.relaxed, rows }, null, 1));
+  // gated activations (wasm/act.ts), million elements per second: the earlier JavaScript with
+  // Math.exp / Math.tanh, the reference of the shared numerics, and the WebAssembly kernel on the
+  // calling thread, plain arrays copied in and out (as the model calls it). n = one expert's
+  // intermediate (768) and a dense MLP's (8192) for one token.
+  const acts: { kind: string; n: number; mathJs: number; ref: number; wasm1: number }[] = [];
+  for (const n of [768, 8192]) {
+    for (const [kind, b, bl] of [['silu', 0, null], ['situ', 4, null], ['situ', 4, 25]] as const) {
+      const g = f32(null, n, -8, 8), u = f32(null, n, -8, 8), o = new Float32Array(n);
+      const mathJs = time(() => {
+        for (let i = 0; i < n; i++) {
+          const x = g[i]!;
+          o[i] = kind === 'silu' ? (x / (1 + Math.exp(-x))) * u[i]! : b * Math.tanh(x / b) * (1 / (1 + Math.exp(-x))) * (bl === null ? u[i]! : bl * Math.tanh(u[i]! / bl));
+        }
+      }, Math.min(MS, 300));
+      const sRef = time(() => gatedActRef(g, u, o, kind, b, bl), Math.min(MS, 300));
+      const s1 = time(() => k1.gatedAct(g, u, o, kind, b, bl));
+      const r = { kind: `${kind}${bl === null ? '' : ' βl'}`, n, mathJs: n / mathJs / 1e6, ref: n / sRef / 1e6, wasm1: n / s1 / 1e6 };
+      acts.push(r);
+      if (!JSON_OUT) {
+        if (acts.length === 1) console.log(`\ngated activation, Melem/s: ${'kind'.padEnd(8)} ${'n'.padStart(5)} ${'Math js'.padStart(8)} ${'ref'.padStart(8)} ${'wasm 1t'.padStart(8)}`);
+        console.log(`${''.padEnd(26)} ${r.kind.padEnd(8)} ${String(n).padStart(5)} ${r.mathJs.toFixed(1).padStart(8)} ${r.ref.toFixed(1).padStart(8)} ${r.wasm1.toFixed(1).padStart(8)}`);
+      }
+    }
+  }
+  if (JSON_OUT) console.log(JSON.stringify({ threads: THREADS, relaxed: k1.relaxed, rows, acts }, null, 1));
   await Promise.all([k1.close(), k1s.close(), kN.close()]);
 }
 

@@ -6,6 +6,7 @@
 
 import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
+import type { ActKind } from './wasm/act.js';
 import type { WeightView } from './types.js';
 
 const GiB = 2 ** 30;
@@ -137,6 +138,16 @@ export function mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk
   const kk = active?.ownerOf(lat);
   if (!kk) return false;
   kk.mlaWeightedSum(P, lat, n, Lk, H, out);
+  return true;
+}
+
+/**
+ * Gated activation out[i] = f32(act(gate[i], up[i])) in WebAssembly (see Kernels.gatedAct), by the
+ * member holding gate, else the first; false without kernels (the caller runs gatedActRef). Same bytes.
+ */
+export function gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): boolean {
+  if (!active) return false;
+  (active.ownerOf(gate) ?? active.members[0]!).gatedAct(gate, up, out, kind, b, bl);
   return true;
 }
 

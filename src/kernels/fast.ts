@@ -25,6 +25,7 @@ import * as os from 'node:os';
 import type { WeightView, WeightFormat } from './types.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, type Fmt } from './wasm/kernels.js';
+import { ACT_FNS, type ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
 
 const PAGE = 65536;
@@ -417,6 +418,37 @@ export class Kernels {
       const oo = oIn ? out.byteOffset : this.alloc(H * Lk * 4).offset;
       this.runFused(OP_MLA_WSUM, 'mla_wsum', [po, lo, n, Lk, oo], H, H * n * Lk);
       if (!oIn) out.set(new Float32Array(this.buffer, oo, H * Lk));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  // ---- gated activations (wasm/act.ts) -------------------------------------------------------
+
+  /**
+   * out[i] = f32(act(gate[i], up[i])) for i < gate.length, as gatedActRef (wasm/act.ts): SiLU
+   * gate, or SiTU with β = b and βl = bl (null: no cap on up). Runs on the calling thread; the
+   * arrays are copied into the arena (padded to 4) for the call.
+   */
+  gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
+    const n = gate.length;
+    if (up.length < n || out.length < n) throw new RangeError(`gatedAct: ${n} gate values, up ${up.length}, out ${out.length}`);
+    const n4 = (n + 3) & ~3;
+    const m = this.mark();
+    try {
+      const r = this.alloc(16 + 12 * n4, 16);
+      const buf = this.buffer;
+      const pars = new Float64Array(buf, r.offset, 2);
+      pars[0] = b;
+      pars[1] = bl ?? 1;
+      const go = r.offset + 16, uo = go + 4 * n4, oo = uo + 4 * n4;
+      const g = new Float32Array(buf, go, 2 * n4);
+      g.set(gate);
+      g.fill(0, n, n4);
+      g.set(up.length === n ? up : up.subarray(0, n), n4);
+      g.fill(0, n4 + n);
+      this.ex[kind === 'silu' ? ACT_FNS.silu : bl === null ? ACT_FNS.situ : ACT_FNS.situ_bl]!(go, uo, oo, n4, r.offset);
+      out.set(new Float32Array(buf, oo, n));
     } finally {
       this.release(m);
     }

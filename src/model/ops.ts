@@ -2,7 +2,8 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import { matmul, matmulBatch, type MatmulOp } from '../kernels/dispatch.js';
+import { matmul, matmulBatch, gatedAct as gatedActKernel, type MatmulOp } from '../kernels/dispatch.js';
+import { gatedActRef } from '../kernels/wasm/act.js';
 import type { Mat } from '../store/mat.js';
 
 const fr = Math.fround;
@@ -80,31 +81,11 @@ export interface Activation {
 }
 
 export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation): Float32Array {
+  // SiTU(a, u) = [β·tanh(a/β)·σ(a)] · [βl·tanh(u/βl)]; σ takes the uncapped gate. exp, tanh and σ
+  // are the shared numerics of kernels/wasm/act.ts (the WebAssembly kernel gives the same bytes).
   const out = new Float32Array(gate.length);
-  if (act.kind === 'silu') {
-    for (let i = 0; i < out.length; i++) {
-      const g = gate[i]!;
-      out[i] = (g / (1 + Math.exp(-g))) * up[i]!;
-    }
-  } else {
-    // SiTU(a, u) = [β·tanh(a/β)·σ(a)] · [βl·tanh(u/βl)]; σ takes the uncapped gate.
-    // One loop per case with σ written out: the hot loop of every expert (same operations as σ()).
-    const b = act.situBeta;
-    const bl = act.situLinearBeta;
-    const n = out.length;
-    if (bl === null) {
-      for (let i = 0; i < n; i++) {
-        const g = gate[i]!;
-        out[i] = b * Math.tanh(g / b) * (1 / (1 + Math.exp(-g))) * up[i]!;
-      }
-    } else {
-      for (let i = 0; i < n; i++) {
-        const g = gate[i]!;
-        const u = up[i]!;
-        out[i] = b * Math.tanh(g / b) * (1 / (1 + Math.exp(-g))) * (bl * Math.tanh(u / bl));
-      }
-    }
-  }
+  const bl = act.kind === 'situ' ? act.situLinearBeta : null;
+  if (!gatedActKernel(gate, up, out, act.kind, act.situBeta, bl)) gatedActRef(gate, up, out, act.kind, act.situBeta, bl);
   return out;
 }
 

@@ -28,6 +28,7 @@ import {
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
 } from './emit.js';
 import { addFused } from './fused.js';
+import { addAct } from './act.js';
 
 export const CTRL_BYTES = 16384;
 export const MX_PLANES = 16384; // 256 * 32 bytes
@@ -748,6 +749,9 @@ export function generate(opts: GenOptions): Generated {
 
   // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
   addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
+
+  // ---- gated activations: SiLU / SiTU with their own exp and tanh (act.ts) ----
+  addAct(fnx, K);
 
   const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true });
   const consts = new Uint8Array(16 * pool.length);
