@@ -140,6 +140,7 @@ test('gatedAct outputs vs the Math-based formulas (f32 rel err < 1e-6), SiTU sat
       }
     }
     assert.ok(worst < 1e-6, `${kind} b=${b} bl=${bl}: rel err ${worst}`);
+    console.log(`${kind} b=${b} bl=${bl}: max f32 rel err vs Math ${worst.toExponential(2)}`);
   }
   // saturation: |SiTU| <= β·βl for every input, infinities included
   const out = gatedActRef(g, u, new Float32Array(n), 'situ', 3.5, 0.75);
