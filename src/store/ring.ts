@@ -44,11 +44,13 @@ export class Ring {
     /** How many bytes ahead of the current piece to read (bounded by the arena). */
     private readonly readAheadBytes: number = arena.byteLength,
   ) {
+    sequence.forEach((p, i) => this.indexOf.set(p.seq, i));
     const max = sequence.reduce((m, p) => Math.max(m, p.bytes), 0);
     if (sequence.length > 0 && arena.byteLength < 3 * max) throw new Error(`ring of ${arena.byteLength} bytes is below 3 x the largest piece (${max})`);
   }
 
-  private indexOf = new Map<number, number>();
+  /** Position of each streamed piece in `sequence`, by piece seq. */
+  private readonly indexOf = new Map<number, number>();
 
   /** The piece's bytes, loaded (waiting if needed); call release() when done with them. */
   async acquire(piece: Piece): Promise<Uint8Array> {
@@ -146,7 +148,6 @@ export class Ring {
   private prefetchAfter(piece: Piece): void {
     const n = this.sequence.length;
     if (n === 0) return;
-    if (this.indexOf.size === 0) this.sequence.forEach((p, i) => this.indexOf.set(p.seq, i));
     const i0 = this.indexOf.get(piece.seq);
     if (i0 === undefined) return;
     let ahead = 0;

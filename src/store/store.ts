@@ -99,7 +99,6 @@ export class WeightStore {
   private readonly cache: ExpertCache<number>;
   private readonly slots: Uint8Array[] = [];
   private readonly freeSlots: number[] = [];
-  private readonly expertOffsets: number[];
 
   constructor(
     readonly cfg: ModelConfig,
@@ -118,7 +117,6 @@ export class WeightStore {
     this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (_l, _e, slot) => {
       if (slot !== undefined) this.freeSlots.push(slot);
     });
-    this.expertOffsets = [];
   }
 
   /** Open a checkpoint directory with a memory budget (default: everything resident). */
