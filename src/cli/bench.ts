@@ -1,4 +1,6 @@
+import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
@@ -15,6 +17,8 @@ import { UserError } from '../util/errors.js';
 interface Row {
   test: string;
   threads: number;
+  /** With --fast-experts: which path the MXFP4 expert products took. */
+  experts?: 'exact' | 'fast';
   tokens_per_second: { mean: number; sd: number; runs: number[] };
 }
 
@@ -57,6 +61,11 @@ format of the model: GMAC/s and GB/s of weights for a matrix of its shape, T = 1
   -r N              repetitions (default 5)
   --threads-list L  comma-separated thread counts (default 1,2 capped at the cores)
   --json            one JSON object
+
+With --fast-experts, every row is measured on both paths (experts exact, then fast), and the cost
+of the fast path is reported: mean KL(exact || fast) of the next-token distributions (softmax in
+double) over the positions of a prompt (the model directory's tokens.json "short" prompt when it
+has one, as the golden fixtures do; else 64 fixed pseudo-random ids), and top-1 agreement.
 ${MODEL_HELP}`,
   async run(args) {
     const { values, positionals } = parse('bench', args, {
@@ -76,11 +85,20 @@ ${MODEL_HELP}`,
       if (!/^\d+$/.test(t.trim()) || Number(t) < 1) throw new UserError(`bench: --threads-list entry ${JSON.stringify(t)} is not a positive integer`);
       return Number(t);
     });
+    const fast = values['fast-experts'] ?? false;
+    if (fast && values.kernels === 'ref') throw new UserError('bench: --fast-experts needs the WebAssembly kernels');
+    let klIds: number[] | null = null;
+    const tokFile = path.join(dir, 'tokens.json');
+    if (fast && fs.existsSync(tokFile)) {
+      const short = (JSON.parse(fs.readFileSync(tokFile, 'utf8')) as { short?: unknown }).short;
+      if (Array.isArray(short) && short.every((t) => Number.isInteger(t))) klIds = short as number[];
+    }
+    let cost: { prompt: string; positions: number; mean_kl: number; top1_agreement: number } | null = null;
     const rows: Row[] = [];
     const kernelRows: { kind: string; shape: [number, number]; threads: number; gmac_per_s: number; gb_per_s: number }[] = [];
     let info: { arch: string; params: number; bytes: number } | null = null;
     for (const threads of list) {
-      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' } });
+      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8, (klIds?.length ?? 64) + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' } });
       try {
         await model.store.preload();
         const cfg = model.config;
@@ -88,31 +106,47 @@ ${MODEL_HELP}`,
           const c = census(cfg, model.store.entries);
           info = { arch: cfg.arch, params: c.params, bytes: c.bytes };
         }
-        if (P > 0) {
-          await model.forward(model.newState(), ids(Math.min(P, 8), cfg.vocabSize, 1), 'last', P); // warm-up
-          const runs: number[] = [];
-          for (let r = 0; r < R; r++) {
-            const prompt = ids(P, cfg.vocabSize, 100 + r);
-            const t0 = performance.now();
-            await model.forward(model.newState(), prompt, 'last', P);
-            runs.push(P / ((performance.now() - t0) / 1000));
-          }
-          rows.push({ test: `pp${P}`, threads, tokens_per_second: { ...stats(runs), runs } });
-        }
-        if (N > 0) {
-          const runs: number[] = [];
-          for (let r = 0; r < R + 1; r++) {
-            const st = model.newState();
-            let next = ids(1, cfg.vocabSize, 200 + r)[0]!;
-            await model.forward(st, [next], 'last');
-            const t0 = performance.now();
-            for (let i = 0; i < N; i++) {
-              next = (next * 31 + 7) % cfg.vocabSize;
-              await model.forward(st, [next], 'last');
+        const paths: ('exact' | 'fast')[] = fast ? ['exact', 'fast'] : ['exact'];
+        for (const pth of paths) {
+          const kgp = activeKernels();
+          if (kgp) kgp.fastExperts = pth === 'fast';
+          if (P > 0) {
+            await model.forward(model.newState(), ids(Math.min(P, 8), cfg.vocabSize, 1), 'last', P); // warm-up
+            const runs: number[] = [];
+            for (let r = 0; r < R; r++) {
+              const prompt = ids(P, cfg.vocabSize, 100 + r);
+              const t0 = performance.now();
+              await model.forward(model.newState(), prompt, 'last', P);
+              runs.push(P / ((performance.now() - t0) / 1000));
             }
-            if (r > 0) runs.push(N / ((performance.now() - t0) / 1000)); // run 0 warms up
+            rows.push({ test: `pp${P}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
           }
-          rows.push({ test: `tg${N}`, threads, tokens_per_second: { ...stats(runs), runs } });
+          if (N > 0) {
+            const runs: number[] = [];
+            for (let r = 0; r < R + 1; r++) {
+              const st = model.newState();
+              let next = ids(1, cfg.vocabSize, 200 + r)[0]!;
+              await model.forward(st, [next], 'last');
+              const t0 = performance.now();
+              for (let i = 0; i < N; i++) {
+                next = (next * 31 + 7) % cfg.vocabSize;
+                await model.forward(st, [next], 'last');
+              }
+              if (r > 0) runs.push(N / ((performance.now() - t0) / 1000)); // run 0 warms up
+            }
+            rows.push({ test: `tg${N}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
+          }
+        }
+        if (fast && !cost) {
+          const kgc = activeKernels()!;
+          const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
+          kgc.fastExperts = false;
+          const base = await model.forward(model.newState(), prompt, 'all', P || 64);
+          kgc.fastExperts = true;
+          const got = await model.forward(model.newState(), prompt, 'all', P || 64);
+          kgc.fastExperts = false;
+          const c = nextTokenKL(base, got, cfg.vocabSize);
+          cost = { prompt: klIds ? 'tokens.json short' : '64 pseudo-random ids', positions: c.positions, mean_kl: c.meanKL, top1_agreement: c.top1 };
         }
         const kg = activeKernels();
         if (kg) {
@@ -125,8 +159,13 @@ ${MODEL_HELP}`,
             const f = model.store.layout.experts(cfg.layers.findIndex((L) => L.ffn === 'moe'), 0)[0]!.format;
             shapes.push([f, cfg.moe.intermediate, latent]);
           }
+          if (fast && shapes[1]?.[0] === 'mxfp4') shapes.push(['mxfp4', shapes[1][1], shapes[1][2]]);
+          let mxSeen = false;
           for (const [fmt, rws, cls] of shapes) {
             if (fmt !== 'bf16' && fmt !== 'mxfp4' && fmt !== 'f32') continue;
+            const q8 = fmt === 'mxfp4' && mxSeen;
+            if (fmt === 'mxfp4') mxSeen = true;
+            k.fastMxfp4 = q8;
             const bytes = fmt === 'bf16' ? rws * cls * 2 : fmt === 'f32' ? rws * cls * 4 : rws * cls / 2;
             const w = randomWeight(fmt, rws, cls, k.alloc(bytes, 4096).u8, fmt === 'mxfp4' ? k.alloc(rws * cls / 32).u8 : undefined);
             const x = new Float32Array(cls).fill(0.5);
@@ -139,7 +178,8 @@ ${MODEL_HELP}`,
               n++;
             }
             const s = (performance.now() - t0) / 1000 / n;
-            kernelRows.push({ kind: fmt, shape: [rws, cls], threads, gmac_per_s: (rws * cls) / s / 1e9, gb_per_s: (bytes + (w.scale?.byteLength ?? 0)) / s / 1e9 });
+            k.fastMxfp4 = false;
+            kernelRows.push({ kind: q8 ? 'mxfp4 (q8 activations, --fast-experts)' : fmt, shape: [rws, cls], threads, gmac_per_s: (rws * cls) / s / 1e9, gb_per_s: (bytes + (w.scale?.byteLength ?? 0)) / s / 1e9 });
           }
           k.release(mark);
         }
@@ -148,18 +188,51 @@ ${MODEL_HELP}`,
       }
     }
     if (values.json) {
-      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows }));
+      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}) }));
       return 0;
     }
     const size = info ? `${(info.bytes / 2 ** 30).toFixed(2)} GiB` : '?';
     const params = info ? `${(info.params / 1e9).toFixed(2)} B` : '?';
-    console.log(`| model | size | params | backend | threads | test | t/s |`);
-    console.log(`| --- | ---: | ---: | --- | ---: | ---: | ---: |`);
-    for (const r of rows) console.log(`| ${info?.arch} | ${size} | ${params} | wasm-simd | ${r.threads} | ${r.test} | ${r.tokens_per_second.mean.toFixed(2)} ± ${r.tokens_per_second.sd.toFixed(2)} |`);
+    const ex = fast ? ' experts |' : '';
+    console.log(`| model | size | params | backend | threads |${ex} test | t/s |`);
+    console.log(`| --- | ---: | ---: | --- | ---: |${fast ? ' --- |' : ''} ---: | ---: |`);
+    for (const r of rows) console.log(`| ${info?.arch} | ${size} | ${params} | wasm-simd | ${r.threads} |${fast ? ` ${r.experts === 'fast' ? 'fast (q8 act)' : 'exact'} |` : ''} ${r.test} | ${r.tokens_per_second.mean.toFixed(2)} ± ${r.tokens_per_second.sd.toFixed(2)} |`);
     console.log('');
     console.log(`| kernel | shape | threads | GMAC/s | GB/s |`);
     console.log(`| --- | --- | ---: | ---: | ---: |`);
-    for (const k of kernelRows) console.log(`| ${k.kind} x f32 | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
+    for (const k of kernelRows) console.log(`| ${k.kind.replace(/^(\w+)/, '$1 x f32')} | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
+    if (cost) {
+      console.log('');
+      console.log(`fast experts vs exact, next-token distributions over ${cost.positions} positions (${cost.prompt}): mean KL ${cost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * cost.top1_agreement).toFixed(1)}%`);
+    }
     return 0;
   },
 };
+
+/**
+ * Cost of an approximate path: mean over positions of KL(p_base || p_fast) of the next-token
+ * distributions (softmax in double of each row of V logits), and the share of positions whose
+ * argmax agrees.
+ */
+export function nextTokenKL(base: Float32Array, fast: Float32Array, V: number): { meanKL: number; top1: number; positions: number } {
+  const n = Math.floor(base.length / V);
+  let kl = 0, agree = 0;
+  const logSoftmax = (a: Float32Array, o: number, out: Float64Array): number => {
+    let mx = -Infinity, arg = 0;
+    for (let i = 0; i < V; i++) if (a[o + i]! > mx) { mx = a[o + i]!; arg = i; }
+    let s = 0;
+    for (let i = 0; i < V; i++) s += Math.exp(a[o + i]! - mx);
+    const ls = Math.log(s);
+    for (let i = 0; i < V; i++) out[i] = a[o + i]! - mx - ls;
+    return arg;
+  };
+  const lp = new Float64Array(V), lq = new Float64Array(V);
+  for (let p = 0; p < n; p++) {
+    const a = logSoftmax(base, p * V, lp), b = logSoftmax(fast, p * V, lq);
+    let k = 0;
+    for (let i = 0; i < V; i++) if (lp[i]! > -Infinity) k += Math.exp(lp[i]!) * (lp[i]! - lq[i]!);
+    kl += k;
+    if (a === b) agree++;
+  }
+  return { meanKL: n ? kl / n : 0, top1: n ? agree / n : 1, positions: n };
+}

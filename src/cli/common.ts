@@ -17,6 +17,7 @@ export const MODEL_OPTIONS = {
   chunk: { type: 'string' },
   threads: { type: 'string' },
   kernels: { type: 'string' },
+  'fast-experts': { type: 'boolean' },
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
@@ -31,6 +32,9 @@ export const MODEL_HELP = `model options:
   --ctx N                          context length the attention cache is planned for (default 4096)
   --threads N                      compute threads (default: available cores; results do not depend on it)
   --kernels wasm|ref               WebAssembly SIMD kernels (default) or the TypeScript reference
+  --fast-experts                   optional fast path, off by default: MXFP4 (expert) products with
+                                   8-bit activations (llama.cpp q8_0 style; deterministic, but not
+                                   the exact numbers: \`k3 bench --fast-experts\` reports its KL cost)
   --no-preload                     read resident weights on first use instead of at start
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
@@ -44,6 +48,7 @@ export interface ModelFlags {
   chunk?: string;
   threads?: string;
   kernels?: string;
+  'fast-experts'?: boolean;
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
@@ -63,7 +68,9 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
   const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } };
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads });
+  const fastExperts = flags['fast-experts'] ?? false;
+  if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
   if (!flags['no-preload']) await model.store.preload();
   return { model, chunk };
 }

@@ -36,6 +36,19 @@ export class KernelGroup {
     return this.members[0]!.threads;
   }
 
+  /**
+   * Optional fast path for mxfp4 products (in K3, exactly the routed experts): 8-bit activations
+   * and integer block dots (kernels/wasm/q8.ts). Off by default; deterministic, but not the exact
+   * path's bytes.
+   */
+  get fastExperts(): boolean {
+    return this.members[0]!.fastMxfp4;
+  }
+
+  set fastExperts(on: boolean) {
+    for (const k of this.members) k.fastMxfp4 = on;
+  }
+
   /** Bytes of kernel memory for weights, used in place by the kernels. */
   alloc(bytes: number): Uint8Array {
     while (this.current < this.members.length) {

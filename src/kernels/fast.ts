@@ -24,7 +24,8 @@
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from './types.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, type Fmt } from './wasm/kernels.js';
+import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, type Fmt } from './wasm/kernels.js';
+import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
 
@@ -90,6 +91,11 @@ export class Kernels {
   private readonly buffers = new WeakSet<ArrayBufferLike>();
   private readonly ctrl: Int32Array;
   private readonly maxOps: number;
+  /**
+   * Optional fast path, off by default: mxfp4 products take 8-bit activations and integer block
+   * dots (wasm/q8.ts; same bytes as matmulQ8Ref there, not those of the exact path).
+   */
+  fastMxfp4 = false;
 
   private constructor(
     readonly memory: WebAssembly.Memory,
@@ -257,6 +263,14 @@ export class Kernels {
     return dst;
   }
 
+  /** x [T, cols] quantized for the q8 kernel (wasm/q8.ts quantizeQ8), in the arena. */
+  private prepQ8(x: Float32Array, T: number, cols: number): number {
+    if (x.length < T * cols) throw new RangeError(`activations: ${x.length} values, need ${T * cols}`);
+    const r = this.alloc(q8Bytes(T, cols), 64);
+    quantizeQ8(x, T, cols, r.u8);
+    return r.offset;
+  }
+
   private threadsFor(macs: number): number {
     return Math.max(1, Math.min(this.pool.size, Math.floor(macs / this.minWork)));
   }
@@ -291,11 +305,13 @@ export class Kernels {
         // the kernels take T >= TILE_MIN_T as token tiles (see wasm/kernels.ts, tiled path)
         const tiled = T >= TILE_MIN_T;
         const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
+        const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
         let byPerm = xCache.get(op.x);
         if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
-        const key = `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
+        const key = q8 ? `q8:${R.cols}:${T}` : `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
         let x = byPerm.get(key);
-        if (x === undefined) byPerm.set(key, (x = this.prepX(op.x, T, R.cols, perm, tiled)));
+        if (x === undefined) byPerm.set(key, (x = q8 ? this.prepQ8(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled)));
+        if (q8) R.sdt = Q8_SDT;
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
         else {

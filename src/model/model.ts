@@ -37,10 +37,12 @@ export class Model {
    * allocated inside the kernels' memories so they multiply straight from it. Same numbers as
    * `open` (docs/NUMERICS.md). One such model per process (the kernels are routed globally).
    */
-  static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean } = {}): Promise<Model> {
+  static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
     const plan = WeightStore.plan(dir, opts);
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(dir, opts) });
+    // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
+    group.fastExperts = opts.fastExperts ?? false;
     try {
       const model = new Model(WeightStore.open(dir, { ...opts, alloc: (n) => group.alloc(n) }));
       model.kernels = group;

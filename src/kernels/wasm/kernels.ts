@@ -29,6 +29,11 @@ import {
 } from './emit.js';
 import { addFused } from './fused.js';
 import { addAct } from './act.js';
+import { addQ8 } from './q8.js';
+
+/** `sdt` word of an mxfp4 matmul op that selects the optional 8-bit-activation kernel (q8.ts):
+ *  x is then quantizeQ8's output. mxfp4 has E8M0 scales, so sdt is otherwise unused there. */
+export const Q8_SDT = 3;
 
 export const CTRL_BYTES = 16384;
 export const MX_PLANES = 16384; // 256 * 32 bytes
@@ -627,11 +632,14 @@ export function generate(opts: GenOptions): Generated {
     }
     f.body = body;
   }
+  // optional fast path (q8.ts): mm_mxfp4 with sdt = Q8_SDT runs it instead
+  const mmq8 = addQ8(fnx, K, opts.relaxed);
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));
     const mmt = fns.find((g) => g.name === `mmt_${fmt}`)!;
-    f.body = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
+    const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
+    f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact]) : exact;
   }
 
   // ---- tile activations for mmt_*: natural [T, cols] -> tiles of TT tokens (layout above) ----

@@ -1,0 +1,247 @@
+// Optional fast path for MXFP4 products (the K3 routed experts), behind `fastExperts` (off by
+// default): 8-bit activations, integer block dots, as llama.cpp's q8_0 x MXFP4. NOT the exact
+// path: it rounds the activations, so its cost is measured (mean KL of next-token distributions
+// against the default, `k3 bench --fast-experts`). It is still deterministic: every output is
+// reduced in one fixed order that depends neither on the thread count nor on T, and the Wasm
+// kernel gives the bytes of the TypeScript reference below (test/fast-experts.test.ts).
+//
+// Activations (quantizeQ8, TypeScript, once per call and token, shared by both sides): per token
+// and block b of 32 columns (the MXFP4 weight blocks),
+//   amax = max |x_i|,  d = f32(amax / 127),  id = d ? f32(1 / d) : 0,
+//   q_i = clamp(roundHalfAway(f32(x_i * id)), -127, 127)  (int8),   dh_b = f32(d * 0.5).
+// Layout of one token: per block 32 bytes, q of the 16 even columns then of the 16 odd columns
+// (the weight byte j holds column 2j in its low nibble, 2j+1 in its high one); after all T
+// tokens' bytes come the T * nb f32 scales dh, then T * nb i32 corrections c_b = 12 * sum_b q.
+//
+// Weights: 2 * E2M1 is an integer n in [-12, 12], so W = n * 2^(e-127) / 2 = n * (2^(e-127) / 2),
+// with pow(e) = e8m0ToF32(e) (2^(e-127), e = 0 the subnormal 2^-127, e = 255 -> 0).
+//
+// One output y[t, r] (nb = cols / 32 blocks, G = nb & ~3):
+//   B_b  = sum over the 32 columns of q * n            (i32, exact: |B_b| <= 32*127*12)
+//   s_b  = f32(dh_b * pow(e_b))                        (one rounding of the exact product)
+//   u_b  = f32(f32(B_b) * s_b)                         (f32(B_b) is exact)
+//   lanes l_0..l_3 = +0;  for b < G, ascending: l_{b%4} = f32(l_{b%4} + u_b)
+//   acc  = f32(f32(l_0 + l_1) + f32(l_2 + l_3))
+//   for G <= b < nb, ascending: acc = f32(acc + u_b)
+// Threads split rows, never a dot, and each token is reduced alone, so neither changes a bit.
+//
+// Wasm (mmq8_mxfp4): per block, the 16 weight bytes are split into low and high nibbles, each
+// turned into n + 12 (0..24, unsigned 7-bit) by an i8x16.swizzle of a 16-byte table, so that
+// B_b = sum q (n + 12) - c_b. Relaxed SIMD: i32x4.relaxed_dot_i8x16_i7x16_add_s(q, n + 12, acc);
+// its second operand never has the top bit set and |pair sums| <= 2 * 127 * 24 never saturate
+// i16, so every platform gives the exact integer. Plain SIMD: i16x8.extmul_{low,high}_i8x16_s
+// (|q (n+12)| <= 3048, four added per i16 lane <= 12192, no overflow), then
+// i32x4.extadd_pairwise_i16x8_s. Four blocks are reduced to one i32x4 (B_b .. B_{b+3}) by two
+// shuffle+add levels. Integer sums are exact, so their order is free and both variants give the
+// same bytes. Then convert, one f32x4 multiply by the four s_b and one add into the lanes.
+
+import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
+import { E2M1_TABLE, e8m0ToF32 } from '../../checkpoint/dtypes.js';
+import type { WeightView } from '../types.js';
+
+type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
+type ConstLocal = (f: Fn, b: Uint8Array) => number;
+
+const fr = Math.fround;
+
+/** 2 * E2M1 by nibble, as int8 (the -0 nibble is 0). */
+export const N2_TABLE: Int8Array = Int8Array.from(E2M1_TABLE, (v) => 2 * v);
+/** The offset that makes every 2 * E2M1 value a non-negative 7-bit integer (0..24). */
+const N2_OFF = 12;
+
+/** Bytes quantizeQ8 writes for T tokens of `cols` columns (int8 blocks, then f32 scales). */
+export function q8Bytes(T: number, cols: number): number {
+  return T * cols + T * (cols / 32) * 8;
+}
+
+/**
+ * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8Bytes(T, cols) bytes, offset a
+ * multiple of 4): per token the int8 blocks (even columns, then odd, per block), then all tokens'
+ * f32 scales dh.
+ */
+export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
+  if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
+  const nb = cols / 32;
+  const q = new Int8Array(out.buffer, out.byteOffset, T * cols);
+  const dh = new Float32Array(out.buffer, out.byteOffset + T * cols, T * nb);
+  const corr = new Int32Array(out.buffer, out.byteOffset + T * cols + 4 * T * nb, T * nb);
+  for (let t = 0; t < T; t++) {
+    for (let b = 0; b < nb; b++) {
+      const base = t * cols + b * 32;
+      let amax = 0;
+      for (let i = 0; i < 32; i++) {
+        const a = Math.abs(x[base + i]!);
+        if (a > amax) amax = a;
+      }
+      const d = fr(amax / 127);
+      const id = d ? fr(1 / d) : 0;
+      let sq = 0;
+      for (let i = 0; i < 32; i++) {
+        const v = fr(x[base + i]! * id);
+        let n = v < 0 ? -Math.floor(-v + 0.5) : Math.floor(v + 0.5);
+        if (n > 127) n = 127;
+        else if (n < -127) n = -127;
+        n = n | 0; // NaN -> 0
+        q[base + (i & 1) * 16 + (i >> 1)] = n;
+        sq += n;
+      }
+      dh[t * nb + b] = fr(d * 0.5);
+      corr[t * nb + b] = N2_OFF * sq;
+    }
+  }
+}
+
+/** TypeScript reference of mmq8_mxfp4: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
+export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
+  if (w.format !== 'mxfp4') throw new TypeError(`q8 path: ${w.name} is ${w.format}, not mxfp4`);
+  const { rows, cols } = w;
+  const nb = cols / 32, G = nb & ~3;
+  const buf = new Uint8Array(q8Bytes(T, cols));
+  quantizeQ8(x, T, cols, buf);
+  const q = new Int8Array(buf.buffer, 0, T * cols);
+  const dh = new Float32Array(buf.buffer, T * cols, T * nb);
+  const data = w.data, sc = w.scale!;
+  const l = new Float32Array(4);
+  for (let r = r0; r < r1; r++) {
+    for (let t = 0; t < T; t++) {
+      l.fill(0);
+      let acc = 0;
+      const u = (b: number): number => {
+        const wp = (r * cols) / 2 + b * 16, xp = t * cols + b * 32;
+        let B = 0;
+        for (let j = 0; j < 16; j++) {
+          const byte = data[wp + j]!;
+          B += q[xp + j]! * N2_TABLE[byte & 15]! + q[xp + 16 + j]! * N2_TABLE[byte >> 4]!;
+        }
+        return fr(B * fr(dh[t * nb + b]! * e8m0ToF32(sc[r * nb + b]!)));
+      };
+      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
+      acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
+      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
+      y[t * rows + r] = acc;
+    }
+  }
+}
+
+// ---- the Wasm kernel -------------------------------------------------------------------------
+
+const simd = (op: number): number[] => [0xfd, ...uleb(op)];
+const vbin = (op: number) => (a: Code, b: Code): Code => [a, b, simd(op)];
+const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
+const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
+const i16add = vbin(0x8e); // i16x8.add
+const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
+/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a signed, b 7-bit, c). */
+const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
+const i32mul = (a: Code, b: Code): Code => i32.mul(a, b);
+const bytes16 = (a: ArrayLike<number>): Uint8Array => Uint8Array.from(Array.from(a), (v) => v & 0xff);
+const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
+
+/**
+ * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
+ * quantizeQ8's output for T tokens. (sdt and scratch unused.)
+ */
+export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
+  const f = fnx('mmq8_mxfp4', { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 }, null, false);
+  const P = (n: string): Code => get(f.p(n));
+  const swz = relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
+  const tbl = K(f, bytes16(Array.from(N2_TABLE, (v) => v + N2_OFF))), m0f = K(f, bytes16(new Array(16).fill(15)));
+  const zero = K(f, splat32(0)), k255 = K(f, splat32(255)), sub = K(f, splat32(0x400000));
+  const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
+  const r = L('r'), t = L('t'), nb = L('nb'), G = L('G'), wrow = L('wrow'), srow = L('srow');
+  const p = L('p'), e = L('e'), g = L('g'), dbase = L('dbase'), cbase = L('cbase');
+  const acc = f.local('acc', F32), u = f.local('u', F32);
+  const wv = L('wv', V128), lo = L('lo', V128), hi = L('hi', V128), ev = L('ev', V128), pw = L('pw', V128), bs = L('bs', V128);
+  const TTMAX = 2;
+  const per = (n: string, t: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, t));
+  const qk = per('q'), dk = per('dp'), ck = per('cp'), lanes = per('lanes', V128);
+  const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
+  const u01 = per('u01', V128), u23 = per('u23', V128);
+  /** Decode weight block j of the group at p into lo, hi (n + 12 of the even / odd columns). */
+  const decode = (j: number): Code[] => [
+    set(wv, v128.load(get(p), 16 * j)),
+    set(lo, swz(get(tbl), v128.and(get(wv), get(m0f)))),
+    set(hi, swz(get(tbl), i8x16.shr_u(get(wv), i32.const(4)))),
+  ];
+  /** i32x4 of partial sums of q (n + 12) of the decoded block against token activations at a + 32 j. */
+  const dot = (a: number, j: number): Code => relaxed
+    ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(hi), relaxedDotAdd(v128.load(get(a), 32 * j), get(lo), get(zero)))
+    : extaddPairS(i16add(
+      i16add(extmulLo(get(lo), v128.load(get(a), 32 * j)), extmulHi(get(lo), v128.load(get(a), 32 * j))),
+      i16add(extmulLo(get(hi), v128.load(get(a), 32 * j + 16)), extmulHi(get(hi), v128.load(get(a), 32 * j + 16)))));
+  /** pow(e) of the i32x4 of scale bytes in ev: e<<23, e = 0 -> 2^-127 (0x400000), e = 255 -> 0. */
+  const powOf = (): Code => v128.andnot(
+    v128.or(i32x4.shl(get(ev), i32.const(23)), v128.and(i32x4.eq(get(ev), get(zero)), get(sub))),
+    i32x4.eq(get(ev), get(k255)));
+  const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
+  const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
+  /** Tokens t .. t + TT - 1 of row r: the weight blocks are decoded once for the TT tokens. */
+  const tokens = (TT: number): Code[] => {
+    const ks = Array.from({ length: TT }, (_, k) => k);
+    return [
+      set(p, get(wrow)), set(e, get(srow)),
+      ...ks.flatMap((k) => [
+        set(qk[k]!, i32.add(P('x'), i32mul(i32.add(get(t), i32.const(k)), P('cols')))),
+        set(dk[k]!, i32.add(get(dbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
+        set(ck[k]!, i32.add(get(cbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
+        set(lanes[k]!, get(zero)),
+      ]),
+      set(g, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(g), get(G))),
+        ...decode(0), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
+        ...decode(1), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
+        ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
+        ...decode(2), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
+        ...decode(3), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
+        ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
+        set(ev, i32x4.extend_low_i16x8_u(i16x8.extend_low_i8x16_u(v128.load32_splat(get(e))))),
+        set(pw, powOf()),
+        ...ks.flatMap((k) => [
+          // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
+          set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
+          set(lanes[k]!, f32x4.add(get(lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(pw))))),
+          set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
+        ]),
+        set(p, i32.add(get(p), i32.const(64))), set(e, i32.add(get(e), i32.const(4))),
+        set(g, i32.add(get(g), i32.const(4))), br(0))),
+      ...ks.flatMap((k) => [
+        set(acc, f32.add(f32.add(fl(get(lanes[k]!), 0), fl(get(lanes[k]!), 1)), f32.add(fl(get(lanes[k]!), 2), fl(get(lanes[k]!), 3)))),
+        // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
+        set(g2, get(g)), set(p2, get(p)), set(e2, get(e)),
+        block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
+          set(wv, v128.load(get(p2))),
+          set(lo, swz(get(tbl), v128.and(get(wv), get(m0f)))),
+          set(hi, swz(get(tbl), i8x16.shr_u(get(wv), i32.const(4)))),
+          set(bs, dot(qk[k]!, 0)),
+          set(ev, i32x4.splat(i32.load8_u(get(e2)))),
+          set(pw, powOf()),
+          set(u, f32.mul(f32.convert_i32_s(
+            i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
+              i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
+            fl(f32x4.mul(v128.load32_splat(get(dk[k]!)), get(pw)), 0))),
+          set(acc, f32.add(get(acc), get(u))),
+          set(p2, i32.add(get(p2), i32.const(16))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
+          set(e2, i32.add(get(e2), i32.const(1))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
+          set(g2, i32.add(get(g2), i32.const(1))), br(0))),
+        f32.store(i32.add(P('y'), i32.shl(i32.add(i32mul(i32.add(get(t), i32.const(k)), P('rows')), get(r)), i32.const(2))), get(acc)),
+      ]),
+    ];
+  };
+  const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
+  f.body = [
+    set(nb, i32.shr_u(P('cols'), i32.const(5))),
+    set(G, i32.and(get(nb), i32.const(-4))),
+    set(dbase, i32.add(P('x'), i32mul(P('T'), P('cols')))),
+    set(cbase, i32.add(get(dbase), i32.shl(i32mul(P('T'), get(nb)), i32.const(2)))),
+    set(r, P('r0')),
+    block(loop(br_if(1, i32.ge_u(get(r), P('r1'))),
+      set(wrow, i32.add(P('w'), i32mul(get(r), i32.shr_u(P('cols'), i32.const(1))))),
+      set(srow, i32.add(P('s'), i32mul(get(r), get(nb)))),
+      set(t, i32.const(0)),
+      ...[2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
+        ...tokens(TT),
+        set(t, i32.add(get(t), i32.const(TT))), br(0)))),
+      set(r, i32.add(get(r), i32.const(1))), br(0))),
+  ];
+  return f;
+}
