@@ -23,7 +23,8 @@
 //   lanes l_0..l_3 = +0;  for b < G, ascending: l_{b%4} = f32(l_{b%4} + u_b)
 //   acc  = f32(f32(l_0 + l_1) + f32(l_2 + l_3))
 //   for G <= b < nb, ascending: acc = f32(acc + u_b)
-// Threads split rows, never a dot, and each token is reduced alone, so neither changes a bit.
+// Threads split rows, never a dot, and each token is reduced alone (up to 4 tokens share one
+// decode of the weight blocks, which changes no operation), so neither changes a bit.
 //
 // Wasm (mmq8_mxfp4): per block, the 16 weight bytes are split into low and high nibbles, each
 // turned into n + 12 (0..24, unsigned 7-bit) by an i8x16.swizzle of a 16-byte table, so that
@@ -152,7 +153,7 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
   const p = L('p'), e = L('e'), g = L('g'), dbase = L('dbase'), cbase = L('cbase');
   const acc = f.local('acc', F32), u = f.local('u', F32);
   const wv = L('wv', V128), lo = L('lo', V128), hi = L('hi', V128), ev = L('ev', V128), pw = L('pw', V128), bs = L('bs', V128);
-  const TTMAX = 2;
+  const TTMAX = 4;
   const per = (n: string, t: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, t));
   const qk = per('q'), dk = per('dp'), ck = per('cp'), lanes = per('lanes', V128);
   const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
@@ -238,7 +239,7 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
       set(wrow, i32.add(P('w'), i32mul(get(r), i32.shr_u(P('cols'), i32.const(1))))),
       set(srow, i32.add(P('s'), i32mul(get(r), get(nb)))),
       set(t, i32.const(0)),
-      ...[2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
+      ...[4, 2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
         ...tokens(TT),
         set(t, i32.add(get(t), i32.const(TT))), br(0)))),
       set(r, i32.add(get(r), i32.const(1))), br(0))),
