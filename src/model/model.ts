@@ -3,7 +3,7 @@
 // logits of the positions asked for.
 
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
-import { WeightStore, type StoreOptions } from '../store/store.js';
+import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
 import { KernelGroup, activeKernels, useKernels } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
@@ -38,13 +38,14 @@ export class Model {
    * `open` (docs/NUMERICS.md). One such model per process (the kernels are routed globally).
    */
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
-    const plan = WeightStore.plan(dir, opts);
+    const prepared = prepareStore(dir, opts);
+    const plan = WeightStore.planOf(prepared);
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
-    const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(dir, opts) });
+    const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
     group.fastExperts = opts.fastExperts ?? false;
     try {
-      const model = new Model(WeightStore.open(dir, { ...opts, alloc: (n) => group.alloc(n) }));
+      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, alloc: (n) => group.alloc(n) }));
       model.kernels = group;
       useKernels(group);
       return model;

@@ -121,19 +121,26 @@ export class WeightStore {
 
   /** Open a checkpoint directory with a memory budget (default: everything resident). */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): WeightStore {
-    const { cfg, entries, layout, budget, ctx, chunk } = prepare(dir, opts);
-    return new WeightStore(cfg, entries, layout, opts.reader ?? new FsReader(), budget, ctx, chunk, opts.alloc);
+    return WeightStore.fromPrepared(prepareStore(dir, opts), opts);
+  }
+
+  /** Open from what `prepareStore` read (config, tensor index, layout, budget), so it is read once. */
+  static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
+    return new WeightStore(p.cfg, p.entries, p.layout, opts.reader ?? new FsReader(), p.budget, p.ctx, p.chunk, opts.alloc);
   }
 
   /** The plan `open` would make, without refusing a budget below the floor or opening files. */
   static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
-    const { cfg, layout, budget, ctx, chunk } = prepare(dir, opts);
-    return makePlan(cfg, layout, budget, ctx, chunk);
+    return WeightStore.planOf(prepareStore(dir, opts));
+  }
+
+  static planOf(p: Prepared): Plan {
+    return makePlan(p.cfg, p.layout, p.budget, p.ctx, p.chunk);
   }
 
   /** Widest matrix the kernels must handle (columns). */
-  static maxCols(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): number {
-    const { cfg, layout } = prepare(dir, opts);
+  static maxCols(p: Prepared): number {
+    const { cfg, layout } = p;
     let m = cfg.hiddenSize;
     for (const t of layout.matrices.values()) m = Math.max(m, t.cols);
     return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
@@ -404,7 +411,10 @@ export class WeightStore {
   }
 }
 
-function prepare(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides }) {
+export type Prepared = ReturnType<typeof prepareStore>;
+
+/** Read a checkpoint's config and tensor index, lay it out, and resolve the budget (no weights read). */
+export function prepareStore(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides }) {
   const cfg = loadConfig(dir, opts.overrides);
   const entries = indexCheckpointDir(dir);
   const layout = buildLayout(cfg, entries, opts.maxPiece);
