@@ -55,3 +55,20 @@ test('k3 golden tolerance on the wasm path (300-token prompt < 5e-3)', async () 
     await m.close();
   }
 });
+
+test('a released state is cleared and reused by newState(): same bytes as a fresh one, no new kernel memory', async () => {
+  const dir = path.join(GOLDEN, 'k3');
+  const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 12);
+  const m = await Model.load(dir, { ctx: 64, threads: 2 });
+  try {
+    const a = m.newState();
+    const first = await m.forward(a, ids, 'all');
+    m.release(a);
+    const b = m.newState();
+    assert.equal(b, a, 'the released state is reused');
+    assert.equal(b.position, 0);
+    assert.ok(sameBytes(await m.forward(b, ids, 'all'), first));
+  } finally {
+    await m.close();
+  }
+});

@@ -47,6 +47,16 @@ function randomWeight(format: WeightFormat, rows: number, cols: number, data: Ui
   return { name: `bench ${format}`, format, rows, cols, data, scale };
 }
 
+/** One forward of `prompt` from an empty sequence, whose state is then given back for reuse. */
+async function run1(model: Model, prompt: number[], chunk: number, rows: 'last' | 'all' = 'last'): Promise<Float32Array> {
+  const st = model.newState();
+  try {
+    return await model.forward(st, prompt, rows, chunk);
+  } finally {
+    model.release(st);
+  }
+}
+
 export const command: Command = {
   summary: 'llama-bench style speed table: pp/tg tokens/s per thread count, kernel GMAC/s',
   help: `usage: k3 bench MODEL [-p 64] [-n 32] [-r 5] [--threads-list 1,2] [--json] [options]
@@ -111,12 +121,12 @@ ${MODEL_HELP}`,
           const kgp = activeKernels();
           if (kgp) kgp.fastExperts = pth === 'fast';
           if (P > 0) {
-            await model.forward(model.newState(), ids(Math.min(P, 8), cfg.vocabSize, 1), 'last', P); // warm-up
+            await run1(model, ids(Math.min(P, 8), cfg.vocabSize, 1), P); // warm-up
             const runs: number[] = [];
             for (let r = 0; r < R; r++) {
               const prompt = ids(P, cfg.vocabSize, 100 + r);
               const t0 = performance.now();
-              await model.forward(model.newState(), prompt, 'last', P);
+              await run1(model, prompt, P);
               runs.push(P / ((performance.now() - t0) / 1000));
             }
             rows.push({ test: `pp${P}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
@@ -133,6 +143,7 @@ ${MODEL_HELP}`,
                 await model.forward(st, [next], 'last');
               }
               if (r > 0) runs.push(N / ((performance.now() - t0) / 1000)); // run 0 warms up
+              model.release(st);
             }
             rows.push({ test: `tg${N}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
           }
@@ -141,9 +152,9 @@ ${MODEL_HELP}`,
           const kgc = activeKernels()!;
           const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
           kgc.fastExperts = false;
-          const base = await model.forward(model.newState(), prompt, 'all', P || 64);
+          const base = await run1(model, prompt, P || 64, 'all');
           kgc.fastExperts = true;
-          const got = await model.forward(model.newState(), prompt, 'all', P || 64);
+          const got = await run1(model, prompt, P || 64, 'all');
           kgc.fastExperts = false;
           const c = nextTokenKL(base, got, cfg.vocabSize);
           cost = { prompt: klIds ? 'tokens.json short' : '64 pseudo-random ids', positions: c.positions, mean_kl: c.meanKL, top1_agreement: c.top1 };

@@ -337,6 +337,7 @@ export class ChatSession {
     while (i < have.length && i < target.length && have[i] === target[i]) i++;
     if (i < have.length) {
       rebuilt = `the cached state (${have.length} tokens) diverged from the conversation at token ${i}: reset and reprocessed ${target.length} tokens`;
+      this.model.release(this.state);
       this.state = this.model.newState();
     }
     const reused = this.state.position;
@@ -390,6 +391,7 @@ export class ChatSession {
 
   /** Forget the conversation (the system message is used again on the next turn). */
   reset(): void {
+    this.model.release(this.state);
     this.state = this.model.newState();
     this.history = [];
     this.open = false;
@@ -410,6 +412,7 @@ export class ChatSession {
 
   load(file: string): LoadedState {
     const l = loadState(file, this.model);
+    this.model.release(this.state);
     this.state = l.state;
     this.history = [...l.state.tokens, ...l.pending];
     this.open = l.open;

@@ -60,8 +60,21 @@ export class Model {
     return this.kernels?.threads ?? 1;
   }
 
+  private readonly spare: SequenceState[] = [];
+
+  /** A fresh sequence: a released one cleared for reuse when there is one (its memory is not freed). */
   newState(): SequenceState {
+    const s = this.spare.pop();
+    if (s) {
+      s.clear();
+      return s;
+    }
     return new SequenceState(this.config, this.store.plan.ctx);
+  }
+
+  /** Give back a state the caller will not use again, so the next newState() reuses its memory. */
+  release(state: SequenceState): void {
+    if (state.cfg === this.config && !this.spare.includes(state)) this.spare.push(state);
   }
 
   /**

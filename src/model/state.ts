@@ -33,4 +33,15 @@ export class SequenceState {
   get position(): number {
     return this.tokens.length;
   }
+
+  /** Back to the start of a sequence, keeping the memory (state in kernel memory is never freed). */
+  clear(): void {
+    for (const k of this.kda) {
+      if (!k) continue;
+      k.S.fill(0);
+      k.conv.fill(0);
+    }
+    for (const m of this.mla) if (m) m.length = 0;
+    this.tokens.length = 0;
+  }
 }
