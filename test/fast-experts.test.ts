@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes } from './helpers.js';
+import { GOLDEN, sameBytes, xorshift } from './helpers.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { matmulQ8Ref } from '../src/kernels/wasm/q8.js';
@@ -16,13 +16,7 @@ import { Model } from '../src/model/model.js';
 import { activeKernels } from '../src/kernels/dispatch.js';
 import { nextTokenKL } from '../src/cli/bench.js';
 
-let seed = 0x2545f491;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+const rnd = xorshift(0x2545f491);
 
 function mxWeight(rows: number, cols: number): WeightView {
   const data = new Uint8Array((rows * cols) / 2).map(() => Math.floor(rnd() * 256));

@@ -13,15 +13,9 @@ import { kdaRecurStep } from '../src/model/kda.js';
 import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
 import { SequenceState } from '../src/model/state.js';
 import { Model } from '../src/model/model.js';
-import { GOLDEN } from './helpers.js';
+import { GOLDEN, xorshift } from './helpers.js';
 
-let seed = 0x2545f491;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+const rnd = xorshift(0x2545f491);
 const randArr = (n: number, lo = -1, hi = 1): Float32Array => new Float32Array(n).map(() => lo + (hi - lo) * rnd());
 
 function bits(a: Float32Array): Buffer {

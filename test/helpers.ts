@@ -79,3 +79,14 @@ export function readJsonl<T>(dir: string, f: string): T[] {
     .filter((l) => l.length > 0)
     .map((l) => JSON.parse(l) as T);
 }
+
+/** A deterministic xorshift32 generator of uniforms in [0, 1), for random test inputs. */
+export function xorshift(seed: number): () => number {
+  let s = seed;
+  return () => {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    return (s >>> 0) / 4294967296;
+  };
+}

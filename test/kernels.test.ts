@@ -8,15 +8,10 @@ import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate } from '../src/kernels/wasm/kernels.js';
 import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+import { xorshift } from './helpers.js';
 
 // deterministic PRNG (xorshift32)
-let seed = 0x9e3779b9;
-function rnd(): number {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 4294967296;
-}
+const rnd = xorshift(0x9e3779b9);
 const byte = (): number => Math.floor(rnd() * 256);
 
 function f32Bits(x: number): number {
