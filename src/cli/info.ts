@@ -1,12 +1,9 @@
 import type { Command } from './main.js';
 import { parse } from './args.js';
-import { loadConfig } from '../checkpoint/config.js';
-import { indexCheckpointDir } from '../checkpoint/safetensors.js';
 import { census, layerMap, stateSize } from '../model/census.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
-import * as path from 'node:path';
-import { virtualEntries } from '../store/virtual.js';
+import { configAndIndex } from '../store/virtual.js';
 
 function gb(n: number): string {
   return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} MB` : `${(n / 1e3).toFixed(1)} kB`;
@@ -24,12 +21,7 @@ and the state a sequence needs (per sequence and per position).`,
     const { values, positionals } = parse('info', args, { json: { type: 'boolean' } }, 1);
     const target = positionals[0]!;
     if (!fs.existsSync(target)) throw new UserError(`info: ${target} does not exist`);
-    const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
-    const dir = path.dirname(cfgPath);
-    const cfg = loadConfig(cfgPath);
-    // Without weights (config.json alone), count the official dtypes: BF16 trunk, MXFP4 K3 experts.
-    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
-    const entries = hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg);
+    const { cfg, entries } = configAndIndex(target);
     const c = census(cfg, entries);
     const s = stateSize(cfg);
     const map = layerMap(cfg);

@@ -1,12 +1,9 @@
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
-import { loadConfig } from '../checkpoint/config.js';
-import { indexCheckpointDir } from '../checkpoint/safetensors.js';
 import { buildLayout } from '../store/layout.js';
 import { formatBytes, makePlan, maxBudget, resolveBudget } from '../store/plan.js';
-import { virtualEntries } from '../store/virtual.js';
+import { configAndIndex } from '../store/virtual.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
@@ -22,11 +19,7 @@ Exits 2 when the budget is below the floor.`,
     const { values, positionals } = parse('plan', args, { memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string' }, chunk: { type: 'string' }, json: { type: 'boolean' } }, 1);
     const target = positionals[0]!;
     if (!fs.existsSync(target)) throw new UserError(`plan: ${target} does not exist`);
-    const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
-    const cfg = loadConfig(cfgPath);
-    const dir = path.dirname(cfgPath);
-    const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
-    const entries = hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg);
+    const { cfg, entries, hasWeights } = configAndIndex(target);
     const layout = buildLayout(cfg, entries);
     const ctx = parseIntFlag('plan', 'ctx', values.ctx, 4096, 1);
     const chunk = parseIntFlag('plan', 'chunk', values.chunk, 64, 1);

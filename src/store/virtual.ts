@@ -3,7 +3,10 @@
 // 1.56 TB of shards are not on this machine. Offsets are laid out back to back in one virtual
 // file, experts contiguous per expert as K3 ships them.
 
-import type { ModelConfig } from '../checkpoint/config.js';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { loadConfig, type ModelConfig } from '../checkpoint/config.js';
+import { indexCheckpointDir } from '../checkpoint/safetensors.js';
 import type { DType } from '../checkpoint/dtypes.js';
 import { DTYPE_BYTES } from '../checkpoint/dtypes.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
@@ -67,3 +70,16 @@ export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16'
   }
   return map;
 }
+
+/**
+ * A checkpoint directory, a packed directory, or a config.json (or a directory holding only
+ * one): its config and tensor index, the index made up from the config when there are no weights.
+ */
+export function configAndIndex(target: string): { cfg: ModelConfig; entries: Map<string, TensorEntry>; hasWeights: boolean } {
+  const cfgPath = fs.statSync(target).isDirectory() ? path.join(target, 'config.json') : target;
+  const cfg = loadConfig(cfgPath);
+  const dir = path.dirname(cfgPath);
+  const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
+  return { cfg, entries: hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg), hasWeights };
+}
+
