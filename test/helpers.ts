@@ -90,3 +90,16 @@ export function xorshift(seed: number): () => number {
     return (s >>> 0) / 4294967296;
   };
 }
+
+/** A tensor's bytes from its file, by positioned read. */
+export function readTensorBytes(e: TensorEntry): Buffer {
+  const fd = fs.openSync(e.file, 'r');
+  try {
+    const buf = Buffer.alloc(e.nbytes);
+    fs.readSync(fd, buf, 0, e.nbytes, e.offset);
+    return buf;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+

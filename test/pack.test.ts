@@ -17,6 +17,7 @@ import { trunkOrder } from '../src/model/weights.js';
 import { packCheckpoint, verifyPack, PACK_ALIGN, type PackManifest, type PackOptions } from '../src/store/pack.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { ReadError, UserError } from '../src/util/errors.js';
+import { readTensorBytes } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const GOLDEN = [ROOT, process.cwd()].map((r) => path.join(r, 'test', 'fixtures', 'golden')).find((g) => fs.existsSync(g))!;
@@ -93,21 +94,11 @@ function checkLayout(src: string, out: string, m: PackManifest, maxRecord: numbe
     const s = a.get(name);
     assert.ok(s, `${name} exists in the source`);
     assert.equal(e.nbytes, s.nbytes);
-    assert.ok(readBytes(e).equals(readBytes(s)), `${name}: packed bytes differ from the source`);
+    assert.ok(readTensorBytes(e).equals(readTensorBytes(s)), `${name}: packed bytes differ from the source`);
   }
   for (const name of a.keys()) assert.ok(b.has(name) || m.dropped.includes(name), `${name} is packed or listed as dropped`);
 }
 
-function readBytes(e: TensorEntry): Buffer {
-  const fd = fs.openSync(e.file, 'r');
-  try {
-    const buf = Buffer.alloc(e.nbytes);
-    fs.readSync(fd, buf, 0, e.nbytes, e.offset);
-    return buf;
-  } finally {
-    fs.closeSync(fd);
-  }
-}
 
 for (const name of ['k3', 'kimi-linear', 'k2-yarn', 'k2-thinking-int4']) {
   test(`${name}: packed records aligned, experts in place, same logits, re-run is a no-op`, async () => {
@@ -172,7 +163,7 @@ function writeSafetensors(file: string, entries: TensorEntry[]): void {
   json += ' '.repeat((8 - (json.length % 8)) % 8);
   const len = Buffer.alloc(8);
   len.writeBigUInt64LE(BigInt(json.length));
-  fs.writeFileSync(file, Buffer.concat([len, Buffer.from(json), ...entries.map(readBytes)]));
+  fs.writeFileSync(file, Buffer.concat([len, Buffer.from(json), ...entries.map(readTensorBytes)]));
 }
 
 test('synthetic sharded K3: experts in place across shards; --max-record splits layers at tensor boundaries', async () => {

@@ -15,6 +15,7 @@ import { planCheckpoint, planFileBytes, resolveSynth, synthCheckpoint, type Synt
 import { safetensorsLayout, writeSafetensors } from '../src/synth/writer.js';
 import { makeFill, type TensorPlan } from '../src/synth/gen.js';
 import { command } from '../src/cli/synth.js';
+import { readTensorBytes } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 // Built into dist/test/ normally; fall back to the working directory for other outDirs.
@@ -37,16 +38,6 @@ function readJson(file: string): unknown {
   return JSON.parse(fs.readFileSync(file, 'utf8'));
 }
 
-function tensorBytes(e: TensorEntry): Buffer {
-  const fd = fs.openSync(e.file, 'r');
-  try {
-    const b = Buffer.alloc(e.nbytes);
-    fs.readSync(fd, b, 0, e.nbytes, e.offset);
-    return b;
-  } finally {
-    fs.closeSync(fd);
-  }
-}
 
 const CASES = [
   { golden: 'k3', opts: { arch: 'k3' } },
@@ -120,7 +111,7 @@ test('synth k3: 6-digit shard names, trunk runs and expert runs contiguous in th
     }
   }
   // A_log: F32 [128], zero beyond the 4 heads.
-  const alog = new Float32Array(new Uint8Array(tensorBytes(m.get('language_model.model.layers.0.self_attn.A_log')!)).buffer);
+  const alog = new Float32Array(new Uint8Array(readTensorBytes(m.get('language_model.model.layers.0.self_attn.A_log')!)).buffer);
   assert.equal(alog.length, 128);
   assert.ok(alog.slice(0, 4).every((x) => x > 0 && x <= Math.log(16)));
   assert.ok(alog.slice(4).every((x) => x === 0));
@@ -177,7 +168,7 @@ test('synth: same seed -> identical bytes, other seed -> other bytes, sharding d
   const ma = indexCheckpointDir(a.out);
   const md = indexCheckpointDir(d.out);
   for (const name of ['language_model.model.embed_tokens.weight', 'language_model.model.layers.5.block_sparse_moe.experts.7.w2.weight_packed', 'language_model.model.layers.0.self_attn.dt_bias']) {
-    assert.ok(tensorBytes(ma.get(name)!).equals(tensorBytes(md.get(name)!)), name);
+    assert.ok(readTensorBytes(ma.get(name)!).equals(readTensorBytes(md.get(name)!)), name);
   }
 });
 
@@ -256,7 +247,7 @@ test('writer: chunking does not change the bytes; header is 8-aligned; a failing
   assert.equal(fs.statSync(f1).size, safetensorsLayout(tensors).fileBytes);
   const es = readSafetensorsHeader(f1);
   assert.deepEqual(es.map((e) => [e.name, e.nbytes]), [['a', 3], ['b', 2000], ['c', 24]]);
-  const b = tensorBytes(es[1]!);
+  const b = readTensorBytes(es[1]!);
   assert.ok(b.every((x, i) => x === (i & 255)));
   // Generated tensors: the same bytes whatever their alignment in the file and the chunk size.
   const plans: TensorPlan[] = [
@@ -270,7 +261,7 @@ test('writer: chunking does not change the bytes; header is 8-aligned; a failing
   await writeSafetensors(shifted, [{ name: 'odd', dtype: 'U8', shape: [3], data: new Uint8Array(3) }, ...plans.map((p) => ({ ...p, fill: makeFill(p, 3) }))], { chunkBytes: 128 });
   const ga = new Map(readSafetensorsHeader(alone).map((e) => [e.name, e]));
   const gs = new Map(readSafetensorsHeader(shifted).map((e) => [e.name, e]));
-  for (const p of plans) assert.ok(tensorBytes(ga.get(p.name)!).equals(tensorBytes(gs.get(p.name)!)), p.name);
+  for (const p of plans) assert.ok(readTensorBytes(ga.get(p.name)!).equals(readTensorBytes(gs.get(p.name)!)), p.name);
   assert.ok(gs.get('n')!.offset % 2 === 1);
   const f3 = path.join(TMP, 'w3.safetensors');
   await assert.rejects(writeSafetensors(f3, [{ name: 'x', dtype: 'F32', shape: [1 << 20], fill: () => { throw new Error('boom'); } }], { chunkBytes: 1024 }), /boom/);
