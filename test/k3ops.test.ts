@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { FIXTURES, f32Tensor, memoryStore, worstExcess, type MemTensor } from './helpers.js';
-import { rmsNorm, gatedAct, type Activation } from '../src/model/ops.js';
+import { rmsNorm, gatedAct, linear, type Activation } from '../src/model/ops.js';
 import { shortConvStep, kdaDecay, kdaRecurStep, kdaForward, newKdaState, type KdaParams } from '../src/model/kda.js';
 import { route } from '../src/model/router.js';
 import { attnResMix, foldWeights } from '../src/model/attnres.js';
@@ -141,7 +141,8 @@ test('router: selection on biased scores, weights from unbiased ones', async () 
   const E = f.n_experts as number, K = f.top_k as number;
   const x = arr(f, 'in');
   const T = x.length / 128;
-  const r = await route({ experts: E, topK: K, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false }, view(f, 'gate_weight'), arr(f, 'bias'), x, T);
+  const logits = await linear(view(f, 'gate_weight'), x, T);
+  const r = route({ experts: E, topK: K, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false }, logits, arr(f, 'bias'), T);
   const idx = (f.topk_idx as Arr).data;
   const w = (f.topk_weight as Arr).data;
   for (let t = 0; t < T; t++) {

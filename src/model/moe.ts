@@ -33,7 +33,7 @@ export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T
   // Router logits and (K3) the latent z = W_down x both read x: one batch. The routed experts act
   // on z (K3) or on x (plain MoE); the router always reads x.
   const [logits, zl] = await linearMany(w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
-  const routing = await route(p, w.gate, w.bias, x, T, logits);
+  const routing = route(p, logits!, w.bias, T);
   const z = zl ?? x;
   const zw = w.latent ? w.latent.down.rows : D;
 

@@ -3,8 +3,7 @@
 // (unless the Kimi Linear HF quirk is switched on), renormalized, then scaled.
 // Ties break by the lower expert index; the returned order is descending selection score.
 
-import type { Mat } from '../store/mat.js';
-import { linear, sigmoid } from './ops.js';
+import { sigmoid } from './ops.js';
 
 const fr = Math.fround;
 
@@ -25,10 +24,9 @@ export interface Routing {
   weights: Float32Array[];
 }
 
-/** Route T tokens x [T, D] with gate weight [E, D] and correction bias [E]. */
-export async function route(cfg: RouterConfig, gate: Mat, bias: Float32Array, x: Float32Array, T: number, logitsIn?: Float32Array): Promise<Routing> {
+/** Route T tokens from their router logits [T, E] (gate · x, canonical dots) and the correction bias [E]. */
+export function route(cfg: RouterConfig, logits: Float32Array, bias: Float32Array, T: number): Routing {
   const E = cfg.experts;
-  const logits = logitsIn ?? (await linear(gate, x, T)); // [T, E], f32 canonical dots
   const ids: Int32Array[] = [];
   const weights: Float32Array[] = [];
   const s = new Float32Array(E);
