@@ -16,7 +16,8 @@ import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { synthCheckpoint } from '../src/synth/synth.js';
-import { FsReader, WeightStore } from '../src/store/store.js';
+import { Model } from '../src/model/model.js';
+import { FsReader } from '../src/store/store.js';
 import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -121,7 +122,7 @@ async function main(): Promise<void> {
   const s = await synthCheckpoint({ arch: 'k3', preset: 'k3-real-layers', out: dir, layers: Number(values.layers), experts: Number(values.experts), shards: 4, force: true });
   const size = s.bytes;
   log(`  ${(size / GB).toFixed(2)} GB ${s.skipped ? '(already there)' : `written in ${s.seconds.toFixed(0)} s`}`);
-  const plan = WeightStore.plan(dir, { budget: 0, ctx: 256, chunk: 8 });
+  const plan = Model.plan(dir, { budget: 0, ctx: 256, chunk: 8 });
   const low = Math.max(plan.floorBytes, Math.floor(size * Number(values.fraction)));
   const disk = await diskBandwidth(dir);
   log(`disk: ${disk.gbps.toFixed(2)} GB/s with the engine's reader (${disk.cold ? 'page cache dropped' : 'page cache NOT dropped: this may be memory speed'})`);

@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { CLI, FIXTURES, GOLDEN, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
 import { greedy } from '../src/generate/greedy.js';
-import { FsReader, WeightStore, type ByteReader } from '../src/store/store.js';
+import { FsReader, type ByteReader } from '../src/store/store.js';
 import { FaultyReader } from '../src/store/fault.js';
 import { ReadError } from '../src/util/errors.js';
 
@@ -32,7 +32,7 @@ for (const name of CASES) {
     const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 20);
     const ref = await logitsAt(dir, Number.MAX_SAFE_INTEGER, ids, 64);
     for (const chunk of [1, 7, 64]) {
-      const p = WeightStore.plan(dir, { budget: 0, ctx: 64, chunk, maxPiece: SMALL_PIECE });
+      const p = Model.plan(dir, { budget: 0, ctx: 64, chunk, maxPiece: SMALL_PIECE });
       const floor = p.floorBytes;
       const trunk = p.trunkBytes;
       const budgets = [floor, floor + Math.floor(trunk / 2) + 3 * p.expertBytes, 2 * floor];
@@ -60,7 +60,7 @@ test('the ring reads the trunk in forward order, ahead of use', async () => {
     },
     close: () => inner.close(),
   };
-  const floor = WeightStore.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
+  const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
   const m2 = Model.open(dir, { budget: floor, reader, ctx: 64, maxPiece: SMALL_PIECE });
   reads.length = 0;
   await m2.forward(m2.newState(), [1, 2, 3], 'last');
@@ -92,7 +92,7 @@ test('a read fault mid-run stops generation: ReadError exit 4, no token after th
   const dir = path.join(GOLDEN, 'k3');
   // Count the reads of a clean run at the floor, then fail partway through decoding.
   const counter = new FaultyReader(new FsReader(), Number.MAX_SAFE_INTEGER);
-  const floor = WeightStore.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
+  const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
   const clean = Model.open(dir, { budget: floor, reader: counter, ctx: 64, maxPiece: SMALL_PIECE });
   await greedy(clean, clean.newState(), [5, 6, 7], 6);
   await clean.close();
@@ -111,7 +111,7 @@ test('a read fault mid-run stops generation: ReadError exit 4, no token after th
   assert.ok(seen.length < 6);
   await model.close();
   // And through the CLI (its defaults: ctx 4096, 32 MiB pieces): exit code 4, one line naming the file and offset.
-  const cliFloor = WeightStore.plan(dir, { budget: 0 }).floorBytes;
+  const cliFloor = Model.plan(dir, { budget: 0 }).floorBytes;
   const c2 = new FaultyReader(new FsReader(), Number.MAX_SAFE_INTEGER);
   const m3 = Model.open(dir, { budget: cliFloor, reader: c2 });
   await greedy(m3, m3.newState(), [5, 6, 7], 6);

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { FIXTURES, GOLDEN } from './helpers.js';
 import { loadConfig, parseConfig } from '../src/checkpoint/config.js';
-import { stateSize } from '../src/model/census.js';
+import { stateSize } from '../src/model/state.js';
 
 const REAL_K3 = path.join(FIXTURES, 'k3-real-config.json');
 
@@ -29,9 +29,11 @@ test('real K3 config: 93 layers, MLA at 1-based 4, 8, …, 92, 93; dense layer 0
   assert.equal(c.attnResBlock, 12);
   assert.equal(c.mla.latentNormEps, 1e-6);
   assert.deepEqual(c.eosTokenIds, [163586]);
-  // K3.md §7: 69 × (96·128·128 + 3·3·12288) f32 per sequence; 24 × 576 f32 per position.
+  // K3.md §7: 69 × (96·128·128 + 3·3·12288) f32 per sequence; 24 × 576 f32 per position. The
+  // engine also keeps each KDA layer's per-token work vectors q, k, v, α, o [12288] and β [96]
+  // with the state (kda.ts), and the plan counts what is allocated.
   const s = stateSize(c);
-  assert.equal(s.perSequenceBytes, 69 * (96 * 128 * 128 + 9 * 12288) * 4);
+  assert.equal(s.perSequenceBytes, 69 * (96 * 128 * 128 + 9 * 12288 + 5 * 12288 + 96) * 4);
   assert.equal(s.perPositionBytes, 24 * 576 * 4);
 });
 

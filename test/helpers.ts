@@ -8,6 +8,7 @@ import type { DType } from '../src/checkpoint/dtypes.js';
 import type { ModelConfig } from '../src/checkpoint/config.js';
 import { WeightStore, type ByteReader } from '../src/store/store.js';
 import { buildLayout } from '../src/store/layout.js';
+import { stateSize } from '../src/model/state.js';
 
 /** Repository root (tests run from dist/test/). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -38,7 +39,7 @@ export function memoryStore(cfg: ModelConfig, tensors: Record<string, MemTensor>
     },
     close() {},
   };
-  return new WeightStore(cfg, entries, buildLayout(cfg, entries, undefined, true), reader, Number.MAX_SAFE_INTEGER, 64, 64);
+  return new WeightStore(cfg, entries, buildLayout(cfg, entries, undefined, true), reader, stateSize(cfg), Number.MAX_SAFE_INTEGER, 64, 64);
 }
 
 export function f32Tensor(data: number[] | Float32Array, shape: number[]): MemTensor {

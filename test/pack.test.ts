@@ -13,10 +13,11 @@ import { fileURLToPath } from 'node:url';
 import { indexCheckpointDir, type TensorEntry } from '../src/checkpoint/safetensors.js';
 import { loadConfig } from '../src/checkpoint/config.js';
 import { Model } from '../src/model/model.js';
-import { trunkOrder } from '../src/model/weights.js';
-import { packCheckpoint, verifyPack, PACK_ALIGN, type PackManifest, type PackOptions } from '../src/store/pack.js';
+import { trunkOrder } from '../src/checkpoint/names.js';
+import { PACK_ALIGN, type PackManifest } from '../src/checkpoint/packed.js';
+import { packCheckpoint, verifyPack, type PackOptions } from '../src/store/pack.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
-import { ReadError, UserError } from '../src/util/errors.js';
+import { Interrupted, ReadError, UserError } from '../src/util/errors.js';
 import { readTensorBytes } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -238,6 +239,25 @@ test('a failed pack leaves no OUT and no temporary directory', async () => {
   fs.writeFileSync(path.join(other, 'notes.txt'), 'mine');
   await assert.rejects(packCheckpoint({ model: path.join(GOLDEN, 'k3'), out: other }), /not a packed directory/);
   assert.equal(fs.readFileSync(path.join(other, 'notes.txt'), 'utf8'), 'mine');
+});
+
+test('an aborted pack (the CLI aborts on SIGINT / SIGTERM) leaves no OUT and no temporary directory', async () => {
+  const out = tmpOut('aborted');
+  const ac = new AbortController();
+  await assert.rejects(
+    packCheckpoint({
+      model: path.join(GOLDEN, 'k3'),
+      out,
+      chunkBytes: PACK_ALIGN,
+      signal: ac.signal,
+      onProgress: (done) => {
+        if (done > 0) ac.abort(new Interrupted('pack interrupted (SIGINT); nothing written'));
+      },
+    }),
+    (e: unknown) => e instanceof Interrupted && e.exitCode === 130,
+  );
+  assert.equal(fs.existsSync(out), false, 'no OUT after an aborted pack');
+  assert.deepEqual(tmpLeftovers(out), [], 'no temporary directory left behind');
 });
 
 test('CLI: k3 pack, re-run no-op, --verify finds a flipped byte (exit 2 naming the record)', { skip: !fs.existsSync(CLI) && 'dist/src/cli/main.js not built' }, () => {

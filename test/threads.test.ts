@@ -8,7 +8,6 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GOLDEN, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
-import { WeightStore } from '../src/store/store.js';
 import { readNpyF32 } from '../src/util/npy.js';
 
 const CASES = ['k2-yarn', 'k2-thinking-int4', 'kimi-linear', 'k3'];
@@ -20,7 +19,7 @@ for (const name of CASES) {
     const ref = Model.open(dir, { ctx: 64 });
     const want = await ref.forward(ref.newState(), ids, 'all');
     await ref.close();
-    const floor = WeightStore.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
+    const floor = Model.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
     const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number }[] = [
       { threads: 1, relaxed: true, chunk: 64 },
       { threads: 2, relaxed: true, chunk: 64 },

@@ -71,7 +71,7 @@ export interface MoeConfig {
   latentNorm: boolean;
   /** Kimi Linear HF remote-code quirk: routing weights read the biased score (§3.6). Default false. */
   biasedWeights: boolean;
-  /** 'k2': mlp.experts.N.{gate,up,down}_proj; 'kimi': block_sparse_moe.experts.N.{w1,w3,w2}. */
+  /** MoE tensor naming, K2's or Kimi's (checkpoint/names.ts spells both). */
   naming: 'k2' | 'kimi';
 }
 

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DTYPE_BYTES, isDType, type DType } from './dtypes.js';
 import { ReadError, UserError } from '../util/errors.js';
-import { MANIFEST_NAME, readPackedDir } from '../store/pack.js';
+import { MANIFEST_NAME, readPackedDir } from './packed.js';
 
 /** Where one tensor's bytes are: absolute offset inside `file`. */
 export interface TensorEntry {

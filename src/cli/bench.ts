@@ -5,7 +5,7 @@ import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
 import { Model } from '../model/model.js';
-import { census } from '../model/census.js';
+import { census } from '../checkpoint/census.js';
 import { activeKernels } from '../kernels/dispatch.js';
 import type { WeightFormat, WeightView } from '../kernels/types.js';
 import { UserError } from '../util/errors.js';

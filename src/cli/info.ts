@@ -1,9 +1,10 @@
 import type { Command } from './main.js';
 import { parse } from './args.js';
-import { census, layerMap, stateSize } from '../model/census.js';
+import { census, layerMap } from '../checkpoint/census.js';
+import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
-import { configAndIndex } from '../store/virtual.js';
+import { configAndIndex } from '../checkpoint/virtual.js';
 
 function gb(n: number): string {
   return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} MB` : `${(n / 1e3).toFixed(1)} kB`;

@@ -1,4 +1,4 @@
-// `k3 pack MODEL OUT`: re-lay a checkpoint out for streaming (src/store/pack.ts has the format);
+// `k3 pack MODEL OUT`: re-lay a checkpoint out for streaming (src/checkpoint/packed.ts has the format);
 // `k3 pack --verify OUT`: recompute every record's checksum.
 
 import type { Command } from './main.js';
@@ -6,6 +6,7 @@ import { parse } from './args.js';
 import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, verifyPack, type ExpertsMode } from '../store/pack.js';
 import { formatBytes, parseSize } from '../store/plan.js';
 import { UserError } from '../util/errors.js';
+import { stopOnSignals } from './signals.js';
 
 const HELP = `usage: k3 pack MODEL OUT [--max-record SIZE] [--file-size SIZE] [--experts auto|in-place|pack] [--json]
        k3 pack --verify OUT [--json]
@@ -106,7 +107,7 @@ export const command: Command = {
       fileSize: values['file-size'] !== undefined ? parseSize(values['file-size'], '--file-size') : undefined,
       experts: experts as ExpertsMode,
       onProgress: bar.update,
-      handleSignals: true,
+      signal: stopOnSignals('pack'),
     });
     bar.end();
     const m = r.manifest;

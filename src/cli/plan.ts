@@ -3,7 +3,8 @@ import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { formatBytes, makePlan, maxBudget, resolveBudget } from '../store/plan.js';
-import { configAndIndex } from '../store/virtual.js';
+import { configAndIndex } from '../checkpoint/virtual.js';
+import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
@@ -21,14 +22,15 @@ Exits 2 when the budget is below the floor.`,
     if (!fs.existsSync(target)) throw new UserError(`plan: ${target} does not exist`);
     const { cfg, entries, hasWeights } = configAndIndex(target);
     const layout = buildLayout(cfg, entries);
+    const state = stateSize(cfg);
     const ctx = parseIntFlag('plan', 'ctx', values.ctx, 4096, 1);
     const chunk = parseIntFlag('plan', 'chunk', values.chunk, 64, 1);
-    const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, ctx, chunk));
-    const p = makePlan(cfg, layout, budget, ctx, chunk);
+    const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
+    const p = makePlan(cfg, layout, state, budget, ctx, chunk);
     const ok = budget >= p.floorBytes;
     if (values.json) {
       console.log(JSON.stringify({
-        budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, ctx, chunk),
+        budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, state, ctx, chunk),
         baseline_bytes: p.baselineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
         scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,

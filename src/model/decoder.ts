@@ -3,6 +3,7 @@
 // borrowed from the store per call; the model holds no weight arrays itself.
 
 import type { ModelConfig } from '../checkpoint/config.js';
+import { namesOf, type Names } from '../checkpoint/names.js';
 import type { WeightStore } from '../store/store.js';
 import { UserError } from '../util/errors.js';
 import { kdaForward, type KdaParams } from './kda.js';
@@ -11,10 +12,11 @@ import { moeForward, type MoeParams } from './moe.js';
 import { gatedMlp, linear, rmsNorm } from './ops.js';
 import { makeRope, yarnScaleFactor } from './rope.js';
 import type { SequenceState } from './state.js';
-import { denseMlpWeights, expertFetch, kdaWeights, layerPrefix, lmHeadName, mlaWeights, modelPrefix, moeWeights } from './weights.js';
+import { denseMlpWeights, expertFetch, kdaWeights, mlaWeights, moeWeights } from './weights.js';
 
 export interface Block {
   cfg: ModelConfig;
+  names: Names;
   store: WeightStore;
   kda: KdaParams | null;
   mla: MlaParams;
@@ -26,6 +28,7 @@ export function makeBlock(cfg: ModelConfig, store: WeightStore): Block {
   const k = cfg.kda;
   return {
     cfg,
+    names: namesOf(cfg),
     store,
     kda: k ? { heads: k.heads, headDim: k.headDim, convSize: k.convSize, gateLowerBound: k.gateLowerBound, eps: cfg.rmsNormEps } : null,
     mla: {
@@ -51,10 +54,10 @@ export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
   return b.store.embedRows(ids);
 }
 
-/** Normalize with a per-layer norm weight `<layer>.<name>.weight`. */
-export async function layerNorm(b: Block, l: number, name: string, x: Float32Array, T: number): Promise<Float32Array> {
+/** RMSNorm with the gain tensor `name` (one of the layer's norms, from the name table). */
+export async function layerNorm(b: Block, name: string, x: Float32Array, T: number): Promise<Float32Array> {
   const D = b.cfg.hiddenSize;
-  const w = await b.store.vector(`${layerPrefix(b.cfg, l)}${name}.weight`, D);
+  const w = await b.store.vector(name, D);
   return rmsNorm(x, T, D, w, b.cfg.rmsNormEps);
 }
 
@@ -74,9 +77,9 @@ export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Pro
 export async function head(b: Block, h: Float32Array, T: number, rows: number[]): Promise<Float32Array> {
   const { cfg } = b;
   const D = cfg.hiddenSize;
-  const w = await b.store.vector(`${modelPrefix(cfg)}norm.weight`, D);
+  const w = await b.store.vector(b.names.finalNorm, D);
   const sel = new Float32Array(rows.length * D);
   rows.forEach((t, i) => sel.set(h.subarray(t * D, (t + 1) * D), i * D));
-  const lm = b.store.mat(lmHeadName(cfg), cfg.vocabSize, D);
+  const lm = b.store.mat(b.names.lmHead, cfg.vocabSize, D);
   return linear(lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
 }

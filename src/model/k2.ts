@@ -10,8 +10,8 @@ export async function forwardK2(b: Block, state: SequenceState, ids: number[], r
   const T = ids.length;
   const h = await embed(b, ids);
   for (let l = 0; l < b.cfg.numLayers; l++) {
-    addInPlace(h, await attention(b, l, await layerNorm(b, l, 'input_layernorm', h, T), T, state));
-    addInPlace(h, await ffn(b, l, await layerNorm(b, l, 'post_attention_layernorm', h, T), T));
+    addInPlace(h, await attention(b, l, await layerNorm(b, b.names.inputNorm(l), h, T), T, state));
+    addInPlace(h, await ffn(b, l, await layerNorm(b, b.names.postAttentionNorm(l), h, T), T));
   }
   return head(b, h, T, rows);
 }

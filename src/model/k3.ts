@@ -2,15 +2,15 @@
 // place of the residual stream. Per token: a running partial sum `prefix` and the list of block
 // snapshots B; a layer mixes them before attention and before the FFN.
 
+import type { AttnResNames } from '../checkpoint/names.js';
 import { attnResMix, foldWeights } from './attnres.js';
 import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';
 import { add } from './ops.js';
-import { layerPrefix, modelPrefix } from './weights.js';
 import type { SequenceState } from './state.js';
 
-async function fold(b: Block, base: string): Promise<Float32Array> {
+async function fold(b: Block, n: AttnResNames): Promise<Float32Array> {
   const D = b.cfg.hiddenSize;
-  return foldWeights(await b.store.vector(`${base}_norm.weight`, D), await b.store.vector(`${base}_proj.weight`, D));
+  return foldWeights(await b.store.vector(n.norm, D), await b.store.vector(n.proj, D));
 }
 
 /**
@@ -21,17 +21,16 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   const { cfg } = b;
   const D = cfg.hiddenSize;
   const eps = cfg.rmsNormEps;
-  const lp = layerPrefix(cfg, l);
   let prefix: Float32Array | null = p;
-  const h = B.length > 0 ? attnResMix(B, prefix, T, D, await fold(b, `${lp}self_attention_res`), eps) : prefix;
+  const h = B.length > 0 ? attnResMix(B, prefix, T, D, await fold(b, b.names.layerAttnRes(l, 'attn')), eps) : prefix;
   if (l % cfg.attnResBlock! === 0) {
     B.push(prefix); // snapshot the pre-mix stream, then start a new block
     prefix = null;
   }
-  const a = await attention(b, l, await layerNorm(b, l, 'input_layernorm', h, T), T, state);
+  const a = await attention(b, l, await layerNorm(b, b.names.inputNorm(l), h, T), T, state);
   prefix = prefix ? add(prefix, a) : a;
-  const h2 = attnResMix(B, prefix, T, D, await fold(b, `${lp}mlp_res`), eps);
-  const f = await ffn(b, l, await layerNorm(b, l, 'post_attention_layernorm', h2, T), T);
+  const h2 = attnResMix(B, prefix, T, D, await fold(b, b.names.layerAttnRes(l, 'mlp')), eps);
+  const f = await ffn(b, l, await layerNorm(b, b.names.postAttentionNorm(l), h2, T), T);
   return add(prefix, f);
 }
 
@@ -41,6 +40,6 @@ export async function forwardK3(b: Block, state: SequenceState, ids: number[], r
   let p = await embed(b, ids);
   const B: Float32Array[] = [];
   for (let l = 0; l < cfg.numLayers; l++) p = await k3Layer(b, l, p, B, T, state);
-  const hL = attnResMix(B, p, T, cfg.hiddenSize, await fold(b, `${modelPrefix(cfg)}output_attn_res`), cfg.rmsNormEps);
+  const hL = attnResMix(B, p, T, cfg.hiddenSize, await fold(b, b.names.outputAttnRes), cfg.rmsNormEps);
   return head(b, hL, T, rows);
 }

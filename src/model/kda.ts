@@ -54,14 +54,23 @@ export interface KdaState {
 export type F32Alloc = (n: number) => Float32Array;
 
 /**
+ * Floats of one layer's state: S [H·d·d], the conv tails [3·(W-1)·P], and the per-token work
+ * vectors q, k, v, α, o [P each] and β [H] (kept with the state in kernel memory, or allocated
+ * per call without it: the plan counts them either way).
+ */
+export function kdaStateFloats(p: Pick<KdaParams, 'heads' | 'headDim' | 'convSize'>): { S: number; conv: number; work: number } {
+  const P = p.heads * p.headDim;
+  return { S: P * p.headDim, conv: 3 * (p.convSize - 1) * P, work: 5 * P + p.heads };
+}
+
+/**
  * A zero state. With `alloc`, S, the conv tails and the work vectors are one allocation (so they
  * share one kernel memory); without, plain arrays.
  */
 export function newKdaState(p: KdaParams, alloc?: F32Alloc | null): KdaState {
-  const P = p.heads * p.headDim;
-  const nS = P * p.headDim, nConv = 3 * (p.convSize - 1) * P;
+  const { S: nS, conv: nConv, work: nWork } = kdaStateFloats(p);
   if (!alloc) return { S: new Float32Array(nS), conv: new Float32Array(nConv), work: null };
-  const buf = alloc(nS + nConv + 5 * P + p.heads);
+  const buf = alloc(nS + nConv + nWork);
   return { S: buf.subarray(0, nS), conv: buf.subarray(nS, nS + nConv), work: buf.subarray(nS + nConv) };
 }
 

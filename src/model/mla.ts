@@ -48,6 +48,11 @@ export interface MlaWeights {
  * it doubles the capacity into a new allocation (the old one is wasted; growth past the plan is
  * the exception). Without an allocator: plain arrays.
  */
+/** Floats the cache holds per position: the latent [Lk] and the rope key [dr]. */
+export function mlaFloatsPerPosition(Lk: number, dr: number): number {
+  return Lk + dr;
+}
+
 export class MlaCache {
   lat: Float32Array;
   rope: Float32Array;
@@ -63,7 +68,7 @@ export class MlaCache {
 
   private arrays(cap: number): [Float32Array, Float32Array] {
     if (!this.alloc) return [new Float32Array(cap * this.Lk), new Float32Array(cap * this.dr)];
-    const buf = this.alloc(cap * (this.Lk + this.dr));
+    const buf = this.alloc(cap * mlaFloatsPerPosition(this.Lk, this.dr));
     return [buf.subarray(0, cap * this.Lk), buf.subarray(cap * this.Lk)];
   }
 

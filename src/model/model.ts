@@ -3,13 +3,14 @@
 // logits of the positions asked for.
 
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
+import type { Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
 import { KernelGroup, activeKernels, useKernels } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
 import { forwardKimiLinear } from './kimi_linear.js';
-import { SequenceState } from './state.js';
+import { SequenceState, stateSize } from './state.js';
 
 export type LogitRows = 'all' | 'last' | 'none';
 
@@ -29,7 +30,12 @@ export class Model {
 
   /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Model {
-    return new Model(WeightStore.open(dir, opts));
+    return new Model(WeightStore.open(dir, { ...opts, stateSize }));
+  }
+
+  /** The memory plan `open` / `load` would make, without refusing a budget below the floor or opening files. */
+  static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
+    return WeightStore.plan(dir, { ...opts, stateSize });
   }
 
   /**
@@ -38,7 +44,7 @@ export class Model {
    * `open` (docs/NUMERICS.md). One such model per process (the kernels are routed globally).
    */
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
-    const prepared = prepareStore(dir, opts);
+    const prepared = prepareStore(dir, { ...opts, stateSize });
     const plan = WeightStore.planOf(prepared);
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });

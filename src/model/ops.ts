@@ -4,7 +4,7 @@
 
 import { matmul, matmulBatch, gatedAct as gatedActKernel, type MatmulOp } from '../kernels/dispatch.js';
 import { gatedActRef } from '../kernels/wasm/act.js';
-import type { Mat } from '../store/mat.js';
+import type { GatedMats, Mat } from '../store/mat.js';
 
 const fr = Math.fround;
 
@@ -90,11 +90,7 @@ export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation):
 }
 
 /** Gate/up/down weights of one gated MLP (dense MLP, shared experts, one routed expert). */
-export interface MlpWeights {
-  gate: Mat;
-  up: Mat;
-  down: Mat;
-}
+export type MlpWeights = GatedMats;
 
 /** down · act(gate · x, up · x) for T rows. */
 export async function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {

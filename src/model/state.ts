@@ -4,8 +4,9 @@
 
 import type { ModelConfig } from '../checkpoint/config.js';
 import { activeKernels } from '../kernels/dispatch.js';
-import { newKdaState, type F32Alloc, type KdaState } from './kda.js';
-import { MlaCache } from './mla.js';
+import type { StateSize } from '../store/plan.js';
+import { kdaStateFloats, newKdaState, type F32Alloc, type KdaState } from './kda.js';
+import { MlaCache, mlaFloatsPerPosition } from './mla.js';
 
 export class SequenceState {
   readonly tokens: number[] = [];
@@ -44,4 +45,22 @@ export class SequenceState {
     for (const m of this.mla) if (m) m.length = 0;
     this.tokens.length = 0;
   }
+}
+
+/**
+ * Bytes of one sequence's state, from the same functions that size its allocations (kda.ts
+ * kdaStateFloats, mla.ts mlaFloatsPerPosition): what the memory plan counts is what is allocated.
+ */
+export function stateSize(cfg: ModelConfig): StateSize {
+  let perSequence = 0;
+  let perPosition = 0;
+  for (const L of cfg.layers) {
+    if (L.attn === 'kda') {
+      const f = kdaStateFloats(cfg.kda!);
+      perSequence += (f.S + f.conv + f.work) * 4;
+    } else {
+      perPosition += mlaFloatsPerPosition(cfg.mla.kvLoraRank, cfg.mla.ropeDim) * 4;
+    }
+  }
+  return { perSequenceBytes: perSequence, perPositionBytes: perPosition };
 }

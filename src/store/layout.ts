@@ -10,7 +10,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { resolveLinear, type LinearParts } from '../checkpoint/linear.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { WeightFormat, WeightView } from '../kernels/types.js';
-import { expertLayout, expertNames, modelPrefix, trunkOrder } from '../model/weights.js';
+import { expertLayout, namesOf, trunkOrder } from '../checkpoint/names.js';
 import { UserError } from '../util/errors.js';
 
 export interface Range {
@@ -133,7 +133,8 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     matrices.set(m.base, { base: m.base, rows: m.rows, cols: m.cols, format: p.format, whole: m.whole, pieces });
   }
 
-  const embedName = `${modelPrefix(cfg)}embed_tokens`;
+  const names = namesOf(cfg);
+  const embedName = names.embed;
   const embed = partial && !entries.has(`${embedName}.weight`)
     ? ({ base: embedName, format: 'bf16', rows: cfg.vocabSize, cols: cfg.hiddenSize, data: { name: `${embedName}.weight`, file: '', dtype: 'BF16', shape: [cfg.vocabSize, cfg.hiddenSize], offset: 0, nbytes: 0 } } as LinearParts)
     : resolveLinear(entries, `${embedName}`, [cfg.vocabSize, cfg.hiddenSize]);
@@ -156,7 +157,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
   cfg.layers.forEach((L, l) => {
     if (L.ffn !== 'moe') return;
     for (let e = 0; e < cfg.moe.experts; e++) {
-      if (partial && !expertNames(cfg, l, e).every((b) => entries.has(`${b}.weight`) || entries.has(`${b}.weight_packed`))) continue;
+      if (partial && !names.expert(l, e).every((b) => entries.has(`${b}.weight`) || entries.has(`${b}.weight_packed`))) continue;
       const parts = expertParts(l, e);
       const b = parts.reduce((s, q) => s + q.data.length + (q.scale?.length ?? 0), 0);
       if (expertBytes === 0) expertBytes = b;
@@ -169,8 +170,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
   const smalls = new Map<string, TensorEntry>();
   let smallBytes = 0;
   for (const [name, e] of entries) {
-    if (used.has(name) || !name.startsWith(cfg.prefix) || name.includes('vision_tower') || name.includes('mm_projector')) continue;
-    if (cfg.prefix === '' && (name.startsWith('language_model.') || name.startsWith('vision_tower.'))) continue;
+    if (used.has(name) || !names.isDecoder(name)) continue;
     const layer = /\.layers\.(\d+)\./.exec(name);
     if (layer && Number(layer[1]) >= cfg.numLayers) continue; // e.g. DeepSeek-V3's MTP layer 61
     smalls.set(name, e);

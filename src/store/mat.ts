@@ -19,6 +19,13 @@ export interface Mat {
   whole<R>(fn: (view: WeightView) => R): Promise<R>;
 }
 
+/** The gate, up and down matrices of one gated MLP (a routed expert, as the store lends it). */
+export interface GatedMats {
+  gate: Mat;
+  up: Mat;
+  down: Mat;
+}
+
 /** A Mat over a view that is already in memory (tests, resident stores). */
 export function residentMat(view: WeightView): Mat {
   return {

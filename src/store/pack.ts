@@ -1,143 +1,41 @@
-// `k3 pack`: re-lay a checkpoint out for streaming, and read such a packed directory back.
-//
-// A packed directory OUT holds
-//   config.json                  copied byte for byte (and the tokenizer files, when present)
-//   packed.json                  the manifest below
-//   trunk-00001.bin, ...         the non-expert weights, one record per layer (see below)
-//   experts-00001.bin, ...       only when the experts are packed: one record per expert
-//
-// Records. A record is a contiguous, 4 KiB-aligned byte run of one data file. There is one per
-// layer holding all of that layer's non-expert tensors (the trunk matrices in `trunkOrder` order,
-// each with its scale / shape tensors, then the layer's small tensors: norms, biases, conv taps),
-// one for the embedding and one for the head (lm_head, then the final norm and K3's
-// output_attn_res tensors). Inside a record every tensor starts 4 KiB-aligned (the padding is
-// zeros). A group bigger than `maxRecord` (default 512 MiB; K3's dense layer 0 is 2.3 GB) is split
-// into several records at tensor boundaries, named `<group>.part<i>`; a tensor bigger than the
-// limit gets a record of its own. A data file rolls over to the next at `fileSize` (16 GiB), a
-// record bigger than that gets a file of its own. Each record carries the sha256 of its bytes
-// (offset .. offset + length, padding included); `verifyPack` recomputes them.
-//
-// Experts. When every routed expert's tensors are one contiguous byte run in the source shards
-// (K3 ships them so) and all experts share one relative layout, they stay where they are: the
-// manifest names the source directory once (relative to OUT, and absolute as a fallback) and, per
-// expert, the shard and the run's offset. Otherwise (or with experts: 'pack') each expert becomes
-// one 4 KiB-aligned record `expert.<layer>.<id>` in experts-NNNNN.bin, its tensors back to back
-// (gate, up, down; data, scale, shape), so one read fetches an expert.
-//
-// Tensors the engine never reads (vision tower, projector, MTP layers past num_hidden_layers) are
-// left out and listed in `dropped`.
-//
-// packed.json (version 1):
-// {
-//   format: "kimi-k3-ts packed", version: 1, alignment: 4096,
-//   source: "/abs/path/of/MODEL", config_sha256: "<hex of config.json bytes>", arch,
-//   options: { max_record, file_size, experts: "auto" | "in-place" | "pack" },
-//   source_shards: [{ file: "model-00001-of-00002.safetensors", size, header_sha256 }],
-//   files: [{ name: "trunk-00001.bin", size }],
-//   records: [{ name: "layer.3" | "layer.0.part1" | "embed" | "head" | "expert.1.7", kind, file: "trunk-00001.bin", offset, length, sha256 }],
-//   tensors: { "<name>": { dtype, shape, record: <index into records>, offset_in_record, nbytes } },
-//   experts_in_place: bool,
-//   experts: null | {
-//     in_place: bool,
-//     dir: "<source dir relative to OUT>" | null, source_dir: "<absolute>" | null   (in place only)
-//     files: [shard names (in place) | "experts-00001.bin", ...],
-//     expert_bytes,
-//     template: [{ suffix: "w1.weight_packed", dtype, shape, offset, nbytes }],  offset within the run
-//     at: { "<expert prefix, e.g. language_model.model.layers.1.block_sparse_moe.experts.7.>": [file index, offset of the run] }
-//   },
-//   dropped: ["<tensor names left out>"], total_bytes, tensor_count
-// }
-// A tensor's bytes are at files[record.file] offset record.offset + offset_in_record; an expert
-// tensor's at experts.files[at[prefix][0]] offset at[prefix][1] + template.offset.
-//
-// `indexCheckpointDir` calls `readPackedDir` when a directory holds packed.json, so every command
-// that opens a model accepts a packed directory.
+// `k3 pack`: re-lay a checkpoint out for streaming. The format, and its reader, are in
+// src/checkpoint/packed.ts; verifying a pack is pack-verify.ts.
 
-import { createHash, type Hash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig, type ModelConfig } from '../checkpoint/config.js';
-import { DTYPE_BYTES, isDType, type DType } from '../checkpoint/dtypes.js';
+import { namesOf, trunkOrder } from '../checkpoint/names.js';
+import {
+  MANIFEST_NAME,
+  PACK_ALIGN,
+  PACK_FORMAT,
+  PACK_VERSION,
+  errCode,
+  readManifest,
+  readPackedDir,
+  type ExpertTemplateItem,
+  type ExpertsMode,
+  type PackManifest,
+  type PackedExperts,
+  type PackedRecord,
+  type PackedTensor,
+  type RecordKind,
+} from '../checkpoint/packed.js';
 import { indexCheckpointDir, type TensorEntry } from '../checkpoint/safetensors.js';
-import { expertNames, layerPrefix, lmHeadName, modelPrefix, trunkOrder } from '../model/weights.js';
-import { ReadError, UserError } from '../util/errors.js';
+import { UserError } from '../util/errors.js';
 import { buildLayout } from './layout.js';
+import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';
 
-export const PACK_FORMAT = 'kimi-k3-ts packed';
-export const PACK_VERSION = 1;
-export const MANIFEST_NAME = 'packed.json';
-export const PACK_ALIGN = 4096;
+export { DEFAULT_CHUNK } from './pack-io.js';
+export type { ExpertsMode, PackManifest } from '../checkpoint/packed.js';
+export { verifyPack, type VerifyResult } from './pack-verify.js';
+
 export const DEFAULT_MAX_RECORD = 512 * 2 ** 20;
 export const DEFAULT_FILE_SIZE = 16 * 2 ** 30;
-/** Bytes per read / write; three such buffers are in flight at most. */
-export const DEFAULT_CHUNK = 16 * 2 ** 20;
 export const COPIED_FILES = ['tiktoken.model', 'tokenizer_config.json', 'chat_template.jinja', 'generation_config.json'];
 
 const LINEAR_SUFFIXES = ['.weight', '.weight_packed', '.weight_scale', '.weight_scale_inv', '.weight_shape'];
-
-export type ExpertsMode = 'auto' | 'in-place' | 'pack';
-export type RecordKind = 'embed' | 'layer' | 'head' | 'expert';
-
-export interface PackedRecord {
-  name: string;
-  kind: RecordKind;
-  /** Data file name (one of `files`). */
-  file: string;
-  offset: number;
-  length: number;
-  sha256: string;
-}
-
-export interface PackedTensor {
-  dtype: DType;
-  shape: number[];
-  record: number;
-  offset_in_record: number;
-  nbytes: number;
-}
-
-export interface ExpertTemplateItem {
-  suffix: string;
-  dtype: DType;
-  shape: number[];
-  offset: number;
-  nbytes: number;
-}
-
-export interface PackedExperts {
-  in_place: boolean;
-  dir: string | null;
-  source_dir: string | null;
-  files: string[];
-  expert_bytes: number;
-  template: ExpertTemplateItem[];
-  at: Record<string, [number, number]>;
-}
-
-export interface SourceShard {
-  file: string;
-  size: number;
-  header_sha256: string;
-}
-
-export interface PackManifest {
-  format: string;
-  version: number;
-  alignment: number;
-  source: string;
-  config_sha256: string;
-  arch: string;
-  options: { max_record: number; file_size: number; experts: ExpertsMode };
-  source_shards: SourceShard[];
-  files: { name: string; size: number }[];
-  records: PackedRecord[];
-  tensors: Record<string, PackedTensor>;
-  experts_in_place: boolean;
-  experts: PackedExperts | null;
-  dropped: string[];
-  total_bytes: number;
-  tensor_count: number;
-}
 
 export interface PackOptions {
   model: string;
@@ -148,8 +46,11 @@ export interface PackOptions {
   chunkBytes?: number;
   /** Called after every chunk copied (done and total bytes). Throwing aborts the pack. */
   onProgress?: (done: number, total: number) => void;
-  /** Remove the temporary directory on SIGINT / SIGTERM (the CLI sets this). */
-  handleSignals?: boolean;
+  /**
+   * Stops the pack between chunks: the temporary directory is removed and the abort's reason is
+   * thrown (the CLI aborts on SIGINT / SIGTERM with an Interrupted error).
+   */
+  signal?: AbortSignal;
 }
 
 export interface PackResult {
@@ -163,260 +64,6 @@ export interface PackResult {
 }
 
 const alignUp = (n: number, a = PACK_ALIGN) => Math.ceil(n / a) * a;
-
-function sha256(data: Uint8Array | string): string {
-  return createHash('sha256').update(data).digest('hex');
-}
-
-function errCode(e: unknown): string {
-  return (e as NodeJS.ErrnoException).code ?? String(e);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading a packed directory
-
-function readManifest(dir: string): PackManifest {
-  const file = path.join(dir, MANIFEST_NAME);
-  let m: PackManifest;
-  try {
-    m = JSON.parse(fs.readFileSync(file, 'utf8')) as PackManifest;
-  } catch (e) {
-    if (e instanceof SyntaxError) throw new UserError(`${file}: not valid JSON`);
-    throw new ReadError(`${file}: cannot read (${errCode(e)})`);
-  }
-  if (!m || typeof m !== 'object' || m.format !== PACK_FORMAT) throw new UserError(`${file}: not a kimi-k3-ts pack manifest`);
-  if (m.version !== PACK_VERSION) throw new UserError(`${file}: pack version ${m.version} is not supported (this build reads version ${PACK_VERSION}); repack with k3 pack`);
-  if (!Array.isArray(m.files) || !Array.isArray(m.records) || typeof m.tensors !== 'object' || m.tensors === null) {
-    throw new UserError(`${file}: manifest lacks files / records / tensors`);
-  }
-  return m;
-}
-
-function checkTensorShape(where: string, name: string, dtype: unknown, shape: unknown, nbytes: unknown): asserts dtype is DType {
-  if (typeof dtype !== 'string' || !isDType(dtype)) throw new UserError(`${where}: tensor ${name}: unknown dtype ${JSON.stringify(dtype)}`);
-  if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new UserError(`${where}: tensor ${name}: bad shape ${JSON.stringify(shape)}`);
-  const want = (shape as number[]).reduce((a, b) => a * b, 1) * DTYPE_BYTES[dtype];
-  if (nbytes !== want) throw new UserError(`${where}: tensor ${name}: ${String(nbytes)} bytes != shape ${JSON.stringify(shape)} x ${dtype} (${want})`);
-}
-
-/** Where the in-place experts' shards are: relative to OUT first (moved together), then the absolute source. */
-function expertSourceDir(dir: string, m: PackManifest, ex: PackedExperts): string {
-  const candidates = [ex.dir !== null ? path.resolve(dir, ex.dir) : null, ex.source_dir].filter((c): c is string => c !== null);
-  for (const c of candidates) if (ex.files.every((f) => fs.existsSync(path.join(c, f)))) return c;
-  throw new UserError(`${path.join(dir, MANIFEST_NAME)}: the experts stay in the source checkpoint ${m.source}, which is missing (looked in ${[...new Set(candidates)].join(', ')})`);
-}
-
-/** The name -> entry map of a packed directory: trunk tensors in the packed files, experts in the packed files or the source shards. */
-export function readPackedDir(dir: string): Map<string, TensorEntry> {
-  const m = readManifest(dir);
-  const where = path.join(dir, MANIFEST_NAME);
-  const fileIndex = new Map(m.files.map((f, i) => [f.name, i]));
-  const files = m.files.map((f) => {
-    if (typeof f.name !== 'string' || f.name.includes('/') || f.name.includes('\\')) throw new UserError(`${where}: bad data file name ${JSON.stringify(f.name)}`);
-    const p = path.join(dir, f.name);
-    let size: number;
-    try {
-      size = fs.statSync(p).size;
-    } catch (e) {
-      throw new UserError(`${where}: data file ${f.name} is missing (${errCode(e)})`);
-    }
-    if (size !== f.size) throw new UserError(`${p}: ${size} bytes, the manifest says ${f.size} (truncated or replaced; k3 pack --verify ${dir})`);
-    return p;
-  });
-  const recFile = m.records.map((r) => {
-    const fi = fileIndex.get(r.file);
-    if (fi === undefined || !(r.offset >= 0) || r.offset + r.length > m.files[fi]!.size) throw new UserError(`${where}: record ${r.name} lies outside its data file`);
-    return files[fi]!;
-  });
-  const map = new Map<string, TensorEntry>();
-  for (const [name, t] of Object.entries(m.tensors)) {
-    checkTensorShape(where, name, t.dtype, t.shape, t.nbytes);
-    const r = m.records[t.record];
-    if (!r || t.offset_in_record < 0 || t.offset_in_record + t.nbytes > r.length) throw new UserError(`${where}: tensor ${name} lies outside its record`);
-    map.set(name, { name, file: recFile[t.record]!, dtype: t.dtype, shape: t.shape, offset: r.offset + t.offset_in_record, nbytes: t.nbytes });
-  }
-  const ex = m.experts;
-  if (ex) {
-    let exFiles: string[];
-    let sizes: number[];
-    if (ex.in_place) {
-      const src = expertSourceDir(dir, m, ex);
-      exFiles = ex.files.map((f) => path.join(src, f));
-      sizes = ex.files.map((f, i) => {
-        const size = fs.statSync(exFiles[i]!).size;
-        const rec = m.source_shards.find((s) => s.file === f);
-        if (rec && rec.size !== size) throw new UserError(`${exFiles[i]}: ${size} bytes, but ${rec.size} when packed: the source checkpoint changed; repack`);
-        return size;
-      });
-    } else {
-      exFiles = ex.files.map((f) => path.join(dir, f));
-      sizes = ex.files.map((f) => m.files.find((x) => x.name === f)?.size ?? -1);
-      if (sizes.some((s) => s < 0)) throw new UserError(`${where}: an experts file is not listed in files`);
-    }
-    for (const t of ex.template) {
-      checkTensorShape(where, `experts.*.${t.suffix}`, t.dtype, t.shape, t.nbytes);
-      if (t.offset < 0 || t.offset + t.nbytes > ex.expert_bytes) throw new UserError(`${where}: expert tensor ${t.suffix} lies outside the expert`);
-    }
-    for (const [prefix, [fi, off]] of Object.entries(ex.at)) {
-      const file = exFiles[fi];
-      if (file === undefined || off + ex.expert_bytes > sizes[fi]!) throw new UserError(`${where}: expert ${prefix} lies outside its file`);
-      for (const t of ex.template) {
-        const name = prefix + t.suffix;
-        map.set(name, { name, file, dtype: t.dtype, shape: t.shape, offset: off + t.offset, nbytes: t.nbytes });
-      }
-    }
-  }
-  return map;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Streaming copy / hash with bounded memory
-
-interface Chunk {
-  src: string;
-  srcOff: number;
-  /** Destination file index and offset; -1 for hash only. */
-  dstFile: number;
-  dstOff: number;
-  len: number;
-  /** Zeros to hash before these bytes (alignment padding inside a record). */
-  zerosBefore: number;
-  hash: Hash;
-  /** Set on the last chunk of a record: called with the record's digest. */
-  done?: (hex: string) => void;
-}
-
-class Files {
-  private readonly fds = new Map<string, number>();
-  constructor(private readonly flags: string) {}
-  fd(file: string): number {
-    let fd = this.fds.get(file);
-    if (fd === undefined) {
-      try {
-        fd = fs.openSync(file, this.flags);
-      } catch (e) {
-        throw new ReadError(`${file}: cannot open (${errCode(e)})`);
-      }
-      this.fds.set(file, fd);
-    }
-    return fd;
-  }
-  close(sync = false): void {
-    for (const [file, fd] of this.fds) {
-      try {
-        if (sync) fs.fsyncSync(fd);
-      } catch (e) {
-        throw new ReadError(`${file}: fsync failed (${errCode(e)})`);
-      } finally {
-        fs.closeSync(fd);
-      }
-    }
-    this.fds.clear();
-  }
-}
-
-function readFull(fd: number, file: string, buf: Uint8Array, len: number, pos: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let done = 0;
-    const step = () => {
-      fs.read(fd, buf, done, len - done, pos + done, (err, n) => {
-        if (err) return reject(new ReadError(`${file}: read of ${len - done} bytes at offset ${pos + done} failed (${err.code ?? err.message})`));
-        if (n === 0) return reject(new ReadError(`${file}: short read at offset ${pos + done}: got ${done} of ${len} bytes (file truncated?)`));
-        done += n;
-        if (done < len) step();
-        else resolve();
-      });
-    };
-    if (len === 0) resolve();
-    else step();
-  });
-}
-
-function writeFull(fd: number, file: string, buf: Uint8Array, len: number, pos: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let done = 0;
-    const step = () => {
-      fs.write(fd, buf, done, len - done, pos + done, (err, n) => {
-        if (err) return reject(new ReadError(`${file}: write of ${len - done} bytes at offset ${pos + done} failed (${err.code ?? err.message})`));
-        done += n;
-        if (done < len) step();
-        else resolve();
-      });
-    };
-    if (len === 0) resolve();
-    else step();
-  });
-}
-
-const ZEROS = new Uint8Array(PACK_ALIGN);
-
-function hashZeros(h: Hash, n: number): void {
-  while (n > 0) {
-    const k = Math.min(n, ZEROS.length);
-    h.update(ZEROS.subarray(0, k));
-    n -= k;
-  }
-}
-
-/**
- * Read every chunk, hash it, and write it (when it has a destination). Three buffers: the read of
- * chunk i+1 and the write of chunk i-1 run while chunk i is hashed.
- */
-async function streamChunks(chunks: Chunk[], chunkBytes: number, dstPaths: string[], onBytes: (n: number) => void): Promise<void> {
-  if (chunks.length === 0) return;
-  const src = new Files('r');
-  const dst = new Files('r+');
-  const maxLen = Math.max(...chunks.map((c) => c.len));
-  const bufs = [0, 1, 2].map(() => Buffer.allocUnsafe(Math.min(chunkBytes, Math.max(1, maxLen))));
-  const writes: (Promise<void> | null)[] = [null, null, null];
-  const startRead = (i: number) => {
-    const c = chunks[i]!;
-    return readFull(src.fd(c.src), c.src, bufs[i % 3]!, c.len, c.srcOff);
-  };
-  let ok = false;
-  let reading: Promise<void> | null = null;
-  try {
-    reading = startRead(0);
-    for (let i = 0; i < chunks.length; i++) {
-      await reading;
-      const c = chunks[i]!;
-      if (i + 1 < chunks.length) {
-        const w = writes[(i + 1) % 3];
-        if (w) await w;
-        writes[(i + 1) % 3] = null;
-        reading = startRead(i + 1);
-        reading.catch(() => {}); // surfaced when awaited
-      }
-      const buf = bufs[i % 3]!;
-      hashZeros(c.hash, c.zerosBefore);
-      c.hash.update(buf.subarray(0, c.len));
-      if (c.done) c.done(c.hash.digest('hex'));
-      if (c.dstFile >= 0) {
-        const p = dstPaths[c.dstFile]!;
-        const w = writeFull(dst.fd(p), p, buf, c.len, c.dstOff);
-        w.catch(() => {});
-        writes[i % 3] = w;
-      }
-      onBytes(c.zerosBefore + c.len);
-    }
-    for (const w of writes) if (w) await w;
-    ok = true;
-  } finally {
-    // Settle any read or write still in flight before closing its file.
-    await Promise.allSettled([reading, ...writes].filter((w): w is Promise<void> => w !== null));
-    src.close();
-    dst.close(ok);
-  }
-}
-
-/** Split a copy of [srcOff, srcOff+len) to dstOff into chunks of at most chunkBytes. */
-function pushChunks(out: Chunk[], src: string, srcOff: number, dstFile: number, dstOff: number, len: number, zerosBefore: number, hash: Hash, chunkBytes: number): void {
-  let first = true;
-  for (let o = 0; o < len || (first && len === 0); o += chunkBytes) {
-    out.push({ src, srcOff: srcOff + o, dstFile, dstOff: dstOff + o, len: Math.min(chunkBytes, len - o), zerosBefore: first ? zerosBefore : 0, hash });
-    first = false;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Planning a pack
@@ -473,8 +120,7 @@ function linearTensors(entries: Map<string, TensorEntry>, base: string): TensorE
 }
 
 function expertPrefix(cfg: ModelConfig, l: number, e: number): string {
-  const b = expertNames(cfg, l, e)[0];
-  return b.slice(0, b.lastIndexOf('.') + 1);
+  return namesOf(cfg).expertPrefix(l, e);
 }
 
 function sameTemplate(a: ExpertTemplateItem[], b: ExpertTemplateItem[]): boolean {
@@ -501,7 +147,8 @@ function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord
     return es;
   };
   const records: PlannedRecord[] = [];
-  const embedBase = `${modelPrefix(cfg)}embed_tokens`;
+  const names = namesOf(cfg);
+  const embedBase = names.embed;
   const embed = take(linearTensors(entries, embedBase));
   records.push(...splitGroup('embed', 'embed', embed, maxRecord, PACK_ALIGN));
 
@@ -511,11 +158,11 @@ function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord
   for (let l = 0; l < cfg.numLayers; l++) {
     const ts: TensorEntry[] = [];
     for (const m of order) if (m.layer === l) ts.push(...take(linearTensors(entries, m.base)));
-    const lp = layerPrefix(cfg, l);
+    const lp = names.layer(l);
     ts.push(...take(smalls.filter((e) => e.name.startsWith(lp) && !assigned.has(e.name))));
     records.push(...splitGroup(`layer.${l}`, 'layer', ts, maxRecord, PACK_ALIGN));
   }
-  const head = take(linearTensors(entries, lmHeadName(cfg)));
+  const head = take(linearTensors(entries, names.lmHead));
   head.push(...take(smalls.filter((e) => !assigned.has(e.name))));
   records.push(...splitGroup('head', 'head', head, maxRecord, PACK_ALIGN));
 
@@ -524,7 +171,7 @@ function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord
   cfg.layers.forEach((L, l) => {
     if (L.ffn !== 'moe') return;
     for (let e = 0; e < cfg.moe.experts; e++) {
-      const ts = take(expertNames(cfg, l, e).flatMap((b) => linearTensors(entries, b)));
+      const ts = take(names.expert(l, e).flatMap((b) => linearTensors(entries, b)));
       if (ts.length > 0) expertGroups.push({ prefix: expertPrefix(cfg, l, e), tensors: ts });
     }
   });
@@ -595,23 +242,6 @@ function placeRecords(recs: PlannedRecord[], series: 'trunk' | 'experts', fileSi
   }
 }
 
-function shardIdentity(files: string[]): SourceShard[] {
-  return files.map((f) => {
-    const fd = fs.openSync(f, 'r');
-    try {
-      const size = fs.fstatSync(fd).size;
-      const lb = Buffer.alloc(8);
-      fs.readSync(fd, lb, 0, 8, 0);
-      const n = Math.min(Number(lb.readBigUInt64LE(0)), size - 8);
-      const hb = Buffer.alloc(n);
-      fs.readSync(fd, hb, 0, n, 8);
-      return { file: path.basename(f), size, header_sha256: sha256(hb) };
-    } finally {
-      fs.closeSync(fd);
-    }
-  });
-}
-
 /** JSON with one line per top-level field, per record, per tensor and per expert (readable, and small for 82k experts). */
 export function manifestJson(m: PackManifest): string {
   const fmt = (v: unknown, depth: number, indent: string): string => {
@@ -623,10 +253,6 @@ export function manifestJson(m: PackManifest): string {
     return ks.length === 0 ? '{}' : `{\n${ks.map((k) => `${inner}${JSON.stringify(k)}: ${fmt((v as Record<string, unknown>)[k], depth + 1, inner)}`).join(',\n')}\n${indent}}`;
   };
   return fmt(m, 0, '') + '\n';
-}
-
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 /** Remove `<out>.tmp-<pid>` directories left by packs whose process is gone. */
@@ -714,15 +340,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   removeStaleTmp(outAbs);
   fs.rmSync(tmp, { recursive: true, force: true });
   const cleanup = () => fs.rmSync(tmp, { recursive: true, force: true });
-  const onSignal = (sig: NodeJS.Signals) => {
-    cleanup();
-    process.stderr.write(`\nk3: pack interrupted (${sig}); nothing written\n`);
-    process.exit(130);
-  };
-  if (opts.handleSignals) {
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
-  }
+  const stopIfAborted = () => opts.signal?.throwIfAborted();
   let total = 0;
   try {
     fs.mkdirSync(tmp);
@@ -768,6 +386,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     let done = 0;
     opts.onProgress?.(0, total);
     await streamChunks(chunks, chunkBytes, dstPaths, (n) => {
+      stopIfAborted();
       done += n;
       opts.onProgress?.(done, total);
     });
@@ -811,6 +430,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
       total_bytes: files.reduce((s, f) => s + f.size, 0),
       tensor_count: entries.size - plan.dropped.length,
     };
+    stopIfAborted();
     fs.writeFileSync(path.join(tmp, MANIFEST_NAME), manifestJson(manifest));
     readPackedDir(tmp); // the manifest reads back
     if (fs.existsSync(outAbs)) fs.rmdirSync(outAbs); // an empty directory (checked above)
@@ -819,81 +439,5 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   } catch (e) {
     cleanup();
     throw e;
-  } finally {
-    if (opts.handleSignals) {
-      process.removeListener('SIGINT', onSignal);
-      process.removeListener('SIGTERM', onSignal);
-    }
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Verifying a pack
-
-export interface VerifyResult {
-  dir: string;
-  records: number;
-  bytes: number;
-  /** Records whose bytes no longer hash to the manifest's sha256. */
-  mismatches: { record: string; file: string; offset: number; length: number; expected: string; actual: string }[];
-  /** Other problems: missing / resized files, changed source shards of in-place experts. */
-  problems: string[];
-  seconds: number;
-}
-
-export async function verifyPack(dir: string, opts: { chunkBytes?: number; onProgress?: (done: number, total: number) => void } = {}): Promise<VerifyResult> {
-  const t0 = performance.now();
-  const m = readManifest(dir);
-  const problems: string[] = [];
-  const mismatches: VerifyResult['mismatches'] = [];
-  const chunkBytes = Math.max(PACK_ALIGN, opts.chunkBytes ?? DEFAULT_CHUNK);
-  const sizes = new Map<string, number>();
-  for (const f of m.files) {
-    try {
-      const s = fs.statSync(path.join(dir, f.name)).size;
-      if (s !== f.size) problems.push(`${f.name}: ${s} bytes, the manifest says ${f.size}`);
-      sizes.set(f.name, s);
-    } catch (e) {
-      problems.push(`${f.name}: missing (${errCode(e)})`);
-    }
-  }
-  const chunks: Chunk[] = [];
-  let total = 0;
-  for (const r of m.records) {
-    const size = sizes.get(r.file);
-    if (size === undefined || size < r.offset + r.length) {
-      if (size !== undefined) problems.push(`record ${r.name}: lies past the end of ${r.file}`);
-      mismatches.push({ record: r.name, file: r.file, offset: r.offset, length: r.length, expected: r.sha256, actual: 'unreadable' });
-      continue;
-    }
-    const hash = createHash('sha256');
-    pushChunks(chunks, path.join(dir, r.file), r.offset, -1, 0, r.length, 0, hash, chunkBytes);
-    chunks[chunks.length - 1]!.done = (hex) => {
-      if (hex !== r.sha256) mismatches.push({ record: r.name, file: r.file, offset: r.offset, length: r.length, expected: r.sha256, actual: hex });
-    };
-    total += r.length;
-  }
-  if (m.experts?.in_place) {
-    try {
-      const src = expertSourceDir(dir, m, m.experts);
-      const ids = shardIdentity(m.experts.files.map((f) => path.join(src, f)));
-      for (const id of ids) {
-        const rec = m.source_shards.find((s) => s.file === id.file);
-        if (!rec || !sameJson(rec, id)) problems.push(`source shard ${path.join(src, id.file)} changed since packing (size or header); repack`);
-      }
-    } catch (e) {
-      problems.push(e instanceof Error ? e.message : String(e));
-    }
-  }
-  let done = 0;
-  await streamChunks(chunks, chunkBytes, [], (n) => {
-    done += n;
-    opts.onProgress?.(done, total);
-  });
-  return { dir, records: m.records.length, bytes: total, mismatches, problems, seconds: (performance.now() - t0) / 1000 };
-}
-
-/** True when `dir` is a packed directory. */
-export function isPackedDir(dir: string): boolean {
-  return fs.existsSync(path.join(dir, MANIFEST_NAME));
 }

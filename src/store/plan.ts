@@ -12,7 +12,6 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { ModelConfig } from '../checkpoint/config.js';
-import { stateSize } from '../model/census.js';
 import { UserError } from '../util/errors.js';
 import type { Layout } from './layout.js';
 
@@ -48,6 +47,14 @@ export interface Plan {
   maxPieceBytes: number;
 }
 
+/** Bytes of one sequence's state: the model says (model/state.ts stateSize, from its allocators). */
+export interface StateSize {
+  /** KDA recurrent state, conv tails and work vectors, f32, independent of context. */
+  perSequenceBytes: number;
+  /** MLA latent + rope key per position over all MLA layers, f32. */
+  perPositionBytes: number;
+}
+
 /** Activation scratch for a chunk: the widest arrays a block keeps alive at once, doubled for GC slack. */
 export function scratchBytes(cfg: ModelConfig, chunk: number): number {
   const D = cfg.hiddenSize;
@@ -59,8 +66,7 @@ export function scratchBytes(cfg: ModelConfig, chunk: number): number {
   return 2 * 4 * (chunk * perToken + cfg.vocabSize) + 16 * MiB;
 }
 
-export function makePlan(cfg: ModelConfig, layout: Layout, budget: number, ctx: number, chunk: number): Plan {
-  const s = stateSize(cfg);
+export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number): Plan {
   const mlaCacheBytes = s.perPositionBytes * ctx;
   const scratch = scratchBytes(cfg, chunk);
   const expertsTotal = layout.moeLayers * cfg.moe.experts;
@@ -135,8 +141,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, budget: number, ctx: 
 }
 
 /** The plan with every weight resident: the size `--preset max` asks for. */
-export function maxBudget(cfg: ModelConfig, layout: Layout, ctx: number, chunk: number): number {
-  const p = makePlan(cfg, layout, 0, ctx, chunk);
+export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: number, chunk: number): number {
+  const p = makePlan(cfg, layout, s, 0, ctx, chunk);
   return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes + layout.embed.data.nbytes;
 }
 

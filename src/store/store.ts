@@ -13,12 +13,11 @@ import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoin
 import { indexCheckpointDir, type TensorEntry } from '../checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32 } from '../checkpoint/dtypes.js';
 import { decodeRow } from '../kernels/ref.js';
-import type { MlpWeights } from '../model/ops.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { CyclePolicy, ExpertCache } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';
-import { residentMat, type Mat } from './mat.js';
-import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan } from './plan.js';
+import { residentMat, type GatedMats, type Mat } from './mat.js';
+import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
@@ -88,6 +87,9 @@ export interface StoreOptions {
   alloc?: (bytes: number) => Uint8Array;
 }
 
+/** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
+export type OpenOptions = StoreOptions & { overrides?: ConfigOverrides; stateSize: (cfg: ModelConfig) => StateSize };
+
 const plainAlloc = (bytes: number): Uint8Array => new Uint8Array(bytes);
 
 export class WeightStore {
@@ -105,12 +107,13 @@ export class WeightStore {
     readonly entries: Map<string, TensorEntry>,
     readonly layout: Layout,
     readonly reader: ByteReader,
+    state: StateSize,
     budget: number,
     ctx: number,
     chunk: number,
     private readonly alloc: (bytes: number) => Uint8Array = plainAlloc,
   ) {
-    this.plan = makePlan(cfg, layout, budget, ctx, chunk);
+    this.plan = makePlan(cfg, layout, state, budget, ctx, chunk);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
     this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
@@ -120,22 +123,22 @@ export class WeightStore {
   }
 
   /** Open a checkpoint directory with a memory budget (default: everything resident). */
-  static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): WeightStore {
+  static open(dir: string, opts: OpenOptions): WeightStore {
     return WeightStore.fromPrepared(prepareStore(dir, opts), opts);
   }
 
   /** Open from what `prepareStore` read (config, tensor index, layout, budget), so it is read once. */
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
-    return new WeightStore(p.cfg, p.entries, p.layout, opts.reader ?? new FsReader(), p.budget, p.ctx, p.chunk, opts.alloc);
+    return new WeightStore(p.cfg, p.entries, p.layout, opts.reader ?? new FsReader(), p.state, p.budget, p.ctx, p.chunk, opts.alloc);
   }
 
   /** The plan `open` would make, without refusing a budget below the floor or opening files. */
-  static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
+  static plan(dir: string, opts: OpenOptions): Plan {
     return WeightStore.planOf(prepareStore(dir, opts));
   }
 
   static planOf(p: Prepared): Plan {
-    return makePlan(p.cfg, p.layout, p.budget, p.ctx, p.chunk);
+    return makePlan(p.cfg, p.layout, p.state, p.budget, p.ctx, p.chunk);
   }
 
   /** Widest matrix the kernels must handle (columns). */
@@ -219,7 +222,7 @@ export class WeightStore {
   }
 
   /**
-   * A small tensor (norm weight, bias, A_log, conv taps) as f32 values, checked to hold `count`
+   * A small tensor (RMSNorm gains, biases, A_log, conv taps) as f32 values, checked to hold `count`
    * elements (or at least `count` when `atLeast`, for K3's A_log padded to head_dim).
    */
   vector(name: string, count: number, atLeast = false): Promise<Float32Array> {
@@ -325,7 +328,7 @@ export class WeightStore {
     this.stats.expertBytesRead += this.layout.expertBytes;
   }
 
-  private expertWeights(l: number, e: number, slot: Uint8Array): MlpWeights {
+  private expertWeights(l: number, e: number, slot: Uint8Array): GatedMats {
     const { parts, offsets } = this.expertPlace(l, e);
     let k = 0;
     const mats = parts.map((p) => {
@@ -355,7 +358,7 @@ export class WeightStore {
    * missing experts are read at once, in parallel. Which experts are computed, and on what, never
    * depends on the cache; only which reads happen does.
    */
-  async experts(l: number, ids: number[], use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>): Promise<void> {
+  async experts(l: number, ids: number[], use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>): Promise<void> {
     const batch = Math.max(1, this.plan.expertSlots);
     for (let i = 0; i < ids.length; i += batch) {
       const part = ids.slice(i, i + batch);
@@ -414,13 +417,14 @@ export class WeightStore {
 export type Prepared = ReturnType<typeof prepareStore>;
 
 /** Read a checkpoint's config and tensor index, lay it out, and resolve the budget (no weights read). */
-export function prepareStore(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides }) {
+export function prepareStore(dir: string, opts: OpenOptions) {
   const cfg = loadConfig(dir, opts.overrides);
   const entries = indexCheckpointDir(dir);
   const layout = buildLayout(cfg, entries, opts.maxPiece);
   const ctx = opts.ctx ?? 4096;
   const chunk = opts.chunk ?? 64;
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
-  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, ctx, chunk));
-  return { cfg, entries, layout, budget, ctx, chunk };
+  const state = opts.stateSize(cfg);
+  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
+  return { cfg, entries, layout, state, budget, ctx, chunk };
 }

@@ -8,11 +8,12 @@
 // (K3: w1.weight_packed, w1.weight_scale, w2.weight_packed, w2.weight_scale, w3.weight_packed,
 // w3.weight_scale). Units are never split across shards.
 //
-// Weight values (gen.ts): linear weights N(0, 1/in); norm weights U[0.9, 1.1]; embedding N(0, 1);
+// Weight values (gen.ts): linear weights N(0, 1/in); RMSNorm gains U[0.9, 1.1]; embedding N(0, 1);
 // A_log log U[1, 16]; dt_bias U[-0.5, 0.5]; conv taps N(0, 0.3); router bias U[-0.1, 0.1];
 // AttnRes projections N(0, 1/hidden); quantized formats scaled to the same N(0, 1/in).
 
 import type { DType } from '../checkpoint/dtypes.js';
+import { K3_VISION_NAMES, namesForArch } from '../checkpoint/names.js';
 import { K3_VISION } from './configs.js';
 import type { ResolvedSynth } from './dims.js';
 import { planBytes, type Gen, type TensorPlan } from './gen.js';
@@ -82,114 +83,115 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
   const d = r.dims;
   const arch = r.arch;
   const D = d.hidden;
-  const P = arch === 'k3' ? 'language_model.model.' : 'model.';
+  const n = namesForArch(arch);
   // Formats: K2 fp8 quantizes every decoder linear but the router; experts follow --experts-format.
   const trunkFmt: LinearFormat = r.expertsFormat === 'fp8' ? 'fp8' : 'bf16';
   const expertFmt: LinearFormat = r.expertsFormat;
   const mla = new Set(arch === 'k2' ? Array.from({ length: d.layers }, (_, i) => i + 1) : d.mlaLayers);
 
-  const embed = t(`${P}embed_tokens.weight`, 'BF16', [d.vocab, D], normal(1));
-  const finalNorm = t(`${P}norm.weight`, 'BF16', [D], NORM);
-  const lmHead = t(arch === 'k3' ? 'language_model.lm_head.weight' : 'lm_head.weight', 'BF16', [d.vocab, D], normal(1 / Math.sqrt(D)));
+  const embed = t(`${n.embed}.weight`, 'BF16', [d.vocab, D], normal(1));
+  const finalNorm = t(n.finalNorm, 'BF16', [D], NORM);
+  const lmHead = t(`${n.lmHead}.weight`, 'BF16', [d.vocab, D], normal(1 / Math.sqrt(D)));
 
   const layers: Unit[] = [];
   for (let l = 0; l < d.layers; l++) {
-    const p = `${P}layers.${l}.`;
-    const a = `${p}self_attn.`;
-    const trunk: TensorPlan[] = [t(`${p}input_layernorm.weight`, 'BF16', [D], NORM), t(`${p}post_attention_layernorm.weight`, 'BF16', [D], NORM)];
+    const trunk: TensorPlan[] = [t(n.inputNorm(l), 'BF16', [D], NORM), t(n.postAttentionNorm(l), 'BF16', [D], NORM)];
     if (arch === 'k3') {
+      const ra = n.layerAttnRes(l, 'attn');
+      const rm = n.layerAttnRes(l, 'mlp');
       trunk.push(
-        t(`${p}self_attention_res_norm.weight`, 'BF16', [D], NORM),
-        t(`${p}self_attention_res_proj.weight`, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
-        t(`${p}mlp_res_norm.weight`, 'BF16', [D], NORM),
-        t(`${p}mlp_res_proj.weight`, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
+        t(ra.norm, 'BF16', [D], NORM),
+        t(ra.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
+        t(rm.norm, 'BF16', [D], NORM),
+        t(rm.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
       );
     }
     // Attention.
     if (mla.has(l + 1)) {
+      const a = n.mla(l);
       const H = d.heads;
       if (d.qLoraRank === null) {
-        trunk.push(...linear(`${a}q_proj`, H * (d.nopeDim + d.ropeDim), D, trunkFmt));
+        trunk.push(...linear(a.q, H * (d.nopeDim + d.ropeDim), D, trunkFmt));
       } else {
         trunk.push(
-          ...linear(`${a}q_a_proj`, d.qLoraRank, D, trunkFmt),
-          t(`${a}q_a_layernorm.weight`, 'BF16', [d.qLoraRank], NORM),
-          ...linear(`${a}q_b_proj`, H * (d.nopeDim + d.ropeDim), d.qLoraRank, trunkFmt),
+          ...linear(a.qa, d.qLoraRank, D, trunkFmt),
+          t(a.qaNorm, 'BF16', [d.qLoraRank], NORM),
+          ...linear(a.qb, H * (d.nopeDim + d.ropeDim), d.qLoraRank, trunkFmt),
         );
       }
       trunk.push(
-        ...linear(`${a}kv_a_proj_with_mqa`, d.kvLoraRank + d.ropeDim, D, trunkFmt),
-        t(`${a}kv_a_layernorm.weight`, 'BF16', [d.kvLoraRank], NORM),
-        ...linear(`${a}kv_b_proj`, H * (d.nopeDim + d.vDim), d.kvLoraRank, trunkFmt),
+        ...linear(a.kva, d.kvLoraRank + d.ropeDim, D, trunkFmt),
+        t(a.kvaNorm, 'BF16', [d.kvLoraRank], NORM),
+        ...linear(a.kvb, H * (d.nopeDim + d.vDim), d.kvLoraRank, trunkFmt),
       );
-      if (arch === 'k3') trunk.push(...linear(`${a}g_proj`, H * d.vDim, D, trunkFmt));
-      trunk.push(...linear(`${a}o_proj`, D, H * d.vDim, trunkFmt));
+      if (arch === 'k3') trunk.push(...linear(a.gate, H * d.vDim, D, trunkFmt));
+      trunk.push(...linear(a.o, D, H * d.vDim, trunkFmt));
     } else {
+      const a = n.kda(l);
       const Hk = d.kdaHeads;
       const dk = d.kdaHeadDim;
       const W = Hk * dk;
       const small: DType = arch === 'k3' ? 'F32' : 'BF16';
       trunk.push(
-        ...linear(`${a}q_proj`, W, D, trunkFmt),
-        ...linear(`${a}k_proj`, W, D, trunkFmt),
-        ...linear(`${a}v_proj`, W, D, trunkFmt),
-        t(`${a}q_conv1d.weight`, small, [W, 1, d.convSize], normal(0.3)),
-        t(`${a}k_conv1d.weight`, small, [W, 1, d.convSize], normal(0.3)),
-        t(`${a}v_conv1d.weight`, small, [W, 1, d.convSize], normal(0.3)),
-        t(`${a}A_log`, 'F32', arch === 'k3' ? [k3ALogLength(Hk, dk)] : [1, 1, Hk, 1], { kind: 'alog', used: Hk }),
-        ...linear(`${a}f_a_proj`, dk, D, trunkFmt),
-        ...linear(`${a}f_b_proj`, W, dk, trunkFmt),
-        t(`${a}dt_bias`, 'F32', [W], uniform(-0.5, 0.5)),
-        ...linear(`${a}b_proj`, Hk, D, trunkFmt),
+        ...linear(a.q, W, D, trunkFmt),
+        ...linear(a.k, W, D, trunkFmt),
+        ...linear(a.v, W, D, trunkFmt),
+        t(a.qConv, small, [W, 1, d.convSize], normal(0.3)),
+        t(a.kConv, small, [W, 1, d.convSize], normal(0.3)),
+        t(a.vConv, small, [W, 1, d.convSize], normal(0.3)),
+        t(a.aLog, 'F32', arch === 'k3' ? [k3ALogLength(Hk, dk)] : [1, 1, Hk, 1], { kind: 'alog', used: Hk }),
+        ...linear(a.fa, dk, D, trunkFmt),
+        ...linear(a.fb, W, dk, trunkFmt),
+        t(a.dtBias, 'F32', [W], uniform(-0.5, 0.5)),
+        ...linear(a.b, Hk, D, trunkFmt),
       );
       if (arch === 'k3') {
-        trunk.push(...linear(`${a}g_proj`, W, D, trunkFmt));
+        trunk.push(...linear(a.g, W, D, trunkFmt));
       } else {
-        trunk.push(...linear(`${a}g_a_proj`, dk, D, trunkFmt), ...linear(`${a}g_b_proj`, W, dk, trunkFmt));
+        trunk.push(...linear(a.ga, dk, D, trunkFmt), ...linear(a.gb, W, dk, trunkFmt));
       }
-      trunk.push(t(`${a}o_norm.weight`, small, [dk], NORM), ...linear(`${a}o_proj`, D, W, trunkFmt));
+      trunk.push(t(a.oNorm, small, [dk], NORM), ...linear(a.o, D, W, trunkFmt));
     }
     // FFN.
     const experts: TensorPlan[] = [];
     if (l < d.firstDense) {
+      const f = n.denseMlp(l);
       trunk.push(
-        ...linear(`${p}mlp.gate_proj`, d.intermediate, D, trunkFmt),
-        ...linear(`${p}mlp.up_proj`, d.intermediate, D, trunkFmt),
-        ...linear(`${p}mlp.down_proj`, D, d.intermediate, trunkFmt),
+        ...linear(f.gate, d.intermediate, D, trunkFmt),
+        ...linear(f.up, d.intermediate, D, trunkFmt),
+        ...linear(f.down, D, d.intermediate, trunkFmt),
       );
     } else {
-      const m = arch === 'k2' ? `${p}mlp.` : `${p}block_sparse_moe.`;
+      const m = n.moe(l);
       const E = d.experts;
       const I = d.moeIntermediate;
       const S = d.sharedExperts * I;
       trunk.push(
-        t(`${m}gate.weight`, 'BF16', [E, D], normal(1 / Math.sqrt(D))),
-        t(`${m}gate.e_score_correction_bias`, 'F32', [E], uniform(-0.1, 0.1)),
+        t(`${m.router}.weight`, 'BF16', [E, D], normal(1 / Math.sqrt(D))),
+        t(m.bias, 'F32', [E], uniform(-0.1, 0.1)),
       );
       let X = D; // the experts' input width
       if (arch === 'k3') {
         const Lt = d.latent!;
         X = Lt;
         trunk.push(
-          ...linear(`${m}routed_expert_down_proj`, Lt, D, trunkFmt),
-          t(`${m}routed_expert_norm.weight`, 'BF16', [Lt], NORM),
-          ...linear(`${m}routed_expert_up_proj`, D, Lt, trunkFmt),
+          ...linear(m.latentDown, Lt, D, trunkFmt),
+          t(m.latentNorm, 'BF16', [Lt], NORM),
+          ...linear(m.latentUp, D, Lt, trunkFmt),
         );
       }
       if (S > 0) {
         trunk.push(
-          ...linear(`${m}shared_experts.gate_proj`, S, D, trunkFmt),
-          ...linear(`${m}shared_experts.up_proj`, S, D, trunkFmt),
-          ...linear(`${m}shared_experts.down_proj`, D, S, trunkFmt),
+          ...linear(m.shared.gate, S, D, trunkFmt),
+          ...linear(m.shared.up, S, D, trunkFmt),
+          ...linear(m.shared.down, D, S, trunkFmt),
         );
       }
       for (let e = 0; e < E; e++) {
-        const x = `${m}experts.${e}.`;
-        if (arch === 'k2') {
-          experts.push(...linear(`${x}gate_proj`, I, X, expertFmt), ...linear(`${x}up_proj`, I, X, expertFmt), ...linear(`${x}down_proj`, X, I, expertFmt));
-        } else {
-          experts.push(...linear(`${x}w1`, I, X, expertFmt), ...linear(`${x}w2`, X, I, expertFmt), ...linear(`${x}w3`, I, X, expertFmt));
-        }
+        const [g, u, dn] = n.expert(l, e);
+        // K2 stores gate, up, down; K3 and Kimi Linear w1, w2, w3 (gate, down, up).
+        if (arch === 'k2') experts.push(...linear(g, I, X, expertFmt), ...linear(u, I, X, expertFmt), ...linear(dn, X, I, expertFmt));
+        else experts.push(...linear(g, I, X, expertFmt), ...linear(dn, X, I, expertFmt), ...linear(u, I, X, expertFmt));
       }
     }
     layers.push({ tensors: [...trunk, ...experts] });
@@ -201,15 +203,15 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
     const tail: TensorPlan[] = [
       embed,
       finalNorm,
-      t(`${P}output_attn_res_norm.weight`, 'BF16', [D], NORM),
-      t(`${P}output_attn_res_proj.weight`, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
+      t(n.outputAttnRes.norm, 'BF16', [D], NORM),
+      t(n.outputAttnRes.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
       lmHead,
       // Vision tower / projector stubs (present in the real checkpoint, skipped by a text engine).
-      t('vision_tower.patch_embed.proj.weight', 'BF16', [v.vtHidden, 3, v.patch, v.patch], normal(0.02)),
-      t('vision_tower.encoder.final_layernorm.weight', 'BF16', [v.vtHidden], NORM),
-      t('mm_projector.proj.0.weight', 'BF16', [mm, mm], normal(1 / Math.sqrt(mm))),
-      t('mm_projector.proj.2.weight', 'BF16', [D, mm], normal(1 / Math.sqrt(mm))),
-      t('mm_projector.post_norm.weight', 'BF16', [D], NORM),
+      t(K3_VISION_NAMES.patchEmbed, 'BF16', [v.vtHidden, 3, v.patch, v.patch], normal(0.02)),
+      t(K3_VISION_NAMES.towerNorm, 'BF16', [v.vtHidden], NORM),
+      t(K3_VISION_NAMES.proj0, 'BF16', [mm, mm], normal(1 / Math.sqrt(mm))),
+      t(K3_VISION_NAMES.proj2, 'BF16', [D, mm], normal(1 / Math.sqrt(mm))),
+      t(K3_VISION_NAMES.postNorm, 'BF16', [D], NORM),
     ];
     return { head: null, layers, tail: { tensors: tail } };
   }

@@ -11,6 +11,14 @@ export class UserError extends Error {
   }
 }
 
+/** The user stopped a command (SIGINT / SIGTERM): exit 130, as a shell reports a SIGINT. */
+export class Interrupted extends UserError {
+  constructor(message: string) {
+    super(message, 130);
+    this.name = 'Interrupted';
+  }
+}
+
 /** A read from the checkpoint failed or came back short (exit code 1 at load, 4 mid-run). */
 export class ReadError extends UserError {
   constructor(message: string, exitCode = 1) {

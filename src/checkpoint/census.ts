@@ -1,8 +1,10 @@
-// What a checkpoint holds and what a sequence costs: parameter counts and bytes by dtype, the
-// layer map, and state sizes. Pure functions of the config and the tensor index.
+// What a checkpoint holds: parameter counts and bytes by dtype, and the layer map. Pure functions
+// of the config and the tensor index. (What a sequence costs is model/state.ts stateSize: the
+// code that allocates the state says how big it is.)
 
-import type { ModelConfig } from '../checkpoint/config.js';
-import type { TensorEntry } from '../checkpoint/safetensors.js';
+import type { ModelConfig } from './config.js';
+import { namesOf } from './names.js';
+import type { TensorEntry } from './safetensors.js';
 
 export interface Census {
   /** Tensors of the text decoder (vision tower and projector excluded). */
@@ -24,8 +26,9 @@ function logicalParams(e: TensorEntry): number {
 
 export function census(cfg: ModelConfig, entries: Map<string, TensorEntry>): Census {
   const c: Census = { tensors: 0, params: 0, bytes: 0, byDtype: {}, expertBytes: 0, skippedTensors: 0 };
+  const names = namesOf(cfg);
   for (const e of entries.values()) {
-    if (!e.name.startsWith(cfg.prefix) || e.name.includes('vision_tower') || e.name.includes('mm_projector')) {
+    if (!names.isDecoder(e.name)) {
       c.skippedTensors++;
       continue;
     }
@@ -37,31 +40,9 @@ export function census(cfg: ModelConfig, entries: Map<string, TensorEntry>): Cen
     d.tensors++;
     d.params += p;
     d.bytes += e.nbytes;
-    if (/\.experts\.\d+\./.test(e.name)) c.expertBytes += e.nbytes;
+    if (names.isExpert(e.name)) c.expertBytes += e.nbytes;
   }
   return c;
-}
-
-export interface StateSize {
-  /** KDA recurrent state + conv tails, f32, independent of context. */
-  perSequenceBytes: number;
-  /** MLA latent + rope key per position over all MLA layers, f32. */
-  perPositionBytes: number;
-}
-
-export function stateSize(cfg: ModelConfig): StateSize {
-  let perSequence = 0;
-  let perPosition = 0;
-  for (const L of cfg.layers) {
-    if (L.attn === 'kda') {
-      const k = cfg.kda!;
-      const P = k.heads * k.headDim;
-      perSequence += (k.heads * k.headDim * k.headDim + 3 * (k.convSize - 1) * P) * 4;
-    } else {
-      perPosition += (cfg.mla.kvLoraRank + cfg.mla.ropeDim) * 4;
-    }
-  }
-  return { perSequenceBytes: perSequence, perPositionBytes: perPosition };
 }
 
 /** "KDA+dense", "MLA+MoE", ... per 0-based layer. */

@@ -5,12 +5,10 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { loadConfig, type ModelConfig } from '../checkpoint/config.js';
-import { indexCheckpointDir } from '../checkpoint/safetensors.js';
-import type { DType } from '../checkpoint/dtypes.js';
-import { DTYPE_BYTES } from '../checkpoint/dtypes.js';
-import type { TensorEntry } from '../checkpoint/safetensors.js';
-import { expertNames, layerPrefix, modelPrefix, trunkOrder } from '../model/weights.js';
+import { loadConfig, type ModelConfig } from './config.js';
+import { DTYPE_BYTES, type DType } from './dtypes.js';
+import { namesOf, trunkOrder, type AttnResNames } from './names.js';
+import { indexCheckpointDir, type TensorEntry } from './safetensors.js';
 
 export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16' = cfg.arch === 'k3' ? 'mxfp4' : 'bf16'): Map<string, TensorEntry> {
   const map = new Map<string, TensorEntry>();
@@ -20,39 +18,42 @@ export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16'
     map.set(name, { name, file: 'config-only', dtype, shape, offset: off, nbytes });
     off += nbytes;
   };
+  const n = namesOf(cfg);
   const D = cfg.hiddenSize;
-  add(`${modelPrefix(cfg)}embed_tokens.weight`, 'BF16', [cfg.vocabSize, D]);
+  add(`${n.embed}.weight`, 'BF16', [cfg.vocabSize, D]);
   for (const m of trunkOrder(cfg)) add(`${m.base}.weight`, 'BF16', [m.rows, m.cols]);
   const width = cfg.moe.latentDim ?? D;
   const I = cfg.moe.intermediate;
+  const attnRes = (r: AttnResNames) => {
+    add(r.norm, 'BF16', [D]);
+    add(r.proj, 'BF16', [1, D]);
+  };
   cfg.layers.forEach((L, l) => {
-    const p = layerPrefix(cfg, l);
-    add(`${p}input_layernorm.weight`, 'BF16', [D]);
-    add(`${p}post_attention_layernorm.weight`, 'BF16', [D]);
+    add(n.inputNorm(l), 'BF16', [D]);
+    add(n.postAttentionNorm(l), 'BF16', [D]);
     if (cfg.attnResBlock) {
-      for (const s of ['self_attention_res', 'mlp_res']) {
-        add(`${p}${s}_norm.weight`, 'BF16', [D]);
-        add(`${p}${s}_proj.weight`, 'BF16', [1, D]);
-      }
+      attnRes(n.layerAttnRes(l, 'attn'));
+      attnRes(n.layerAttnRes(l, 'mlp'));
     }
-    const a = `${p}self_attn.`;
     if (L.attn === 'kda') {
       const k = cfg.kda!;
+      const a = n.kda(l);
       const P = k.heads * k.headDim;
-      for (const c of ['q', 'k', 'v']) add(`${a}${c}_conv1d.weight`, 'F32', [P, 1, k.convSize]);
-      add(`${a}A_log`, 'F32', [Math.max(k.heads, k.headDim)]);
-      add(`${a}dt_bias`, 'F32', [P]);
-      add(`${a}o_norm.weight`, 'F32', [k.headDim]);
+      for (const c of [a.qConv, a.kConv, a.vConv]) add(c, 'F32', [P, 1, k.convSize]);
+      add(a.aLog, 'F32', [Math.max(k.heads, k.headDim)]);
+      add(a.dtBias, 'F32', [P]);
+      add(a.oNorm, 'F32', [k.headDim]);
     } else {
-      if (cfg.mla.qLoraRank) add(`${a}q_a_layernorm.weight`, 'BF16', [cfg.mla.qLoraRank]);
-      add(`${a}kv_a_layernorm.weight`, 'BF16', [cfg.mla.kvLoraRank]);
+      const a = n.mla(l);
+      if (cfg.mla.qLoraRank) add(a.qaNorm, 'BF16', [cfg.mla.qLoraRank]);
+      add(a.kvaNorm, 'BF16', [cfg.mla.kvLoraRank]);
     }
     if (L.ffn === 'moe') {
-      const mb = `${p}${cfg.moe.naming === 'k2' ? 'mlp.' : 'block_sparse_moe.'}`;
-      add(`${mb}gate.e_score_correction_bias`, 'F32', [cfg.moe.experts]);
-      if (cfg.moe.latentDim && cfg.moe.latentNorm) add(`${mb}routed_expert_norm.weight`, 'BF16', [cfg.moe.latentDim]);
+      const mo = n.moe(l);
+      add(mo.bias, 'F32', [cfg.moe.experts]);
+      if (cfg.moe.latentDim && cfg.moe.latentNorm) add(mo.latentNorm, 'BF16', [cfg.moe.latentDim]);
       for (let e = 0; e < cfg.moe.experts; e++) {
-        const [g, u, d] = expertNames(cfg, l, e);
+        const [g, u, d] = n.expert(l, e);
         // K3's order on disk: w1, w2, w3 (gate, down, up), each packed bytes then scales.
         for (const [base, rows, cols] of [[g, I, width], [d, width, I], [u, I, width]] as [string, number, number][]) {
           if (expertsFormat === 'mxfp4') {
@@ -63,11 +64,8 @@ export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16'
       }
     }
   });
-  add(`${modelPrefix(cfg)}norm.weight`, 'BF16', [D]);
-  if (cfg.attnResBlock) {
-    add(`${modelPrefix(cfg)}output_attn_res_norm.weight`, 'BF16', [D]);
-    add(`${modelPrefix(cfg)}output_attn_res_proj.weight`, 'BF16', [1, D]);
-  }
+  add(n.finalNorm, 'BF16', [D]);
+  if (cfg.attnResBlock) attnRes(n.outputAttnRes);
   return map;
 }
 

@@ -1,0 +1,233 @@
+// A packed directory (written by `k3 pack`, src/store/pack.ts): its format, and its reader.
+//
+// A packed directory OUT holds
+//   config.json                  copied byte for byte (and the tokenizer files, when present)
+//   packed.json                  the manifest below
+//   trunk-00001.bin, ...         the non-expert weights, one record per layer (see below)
+//   experts-00001.bin, ...       only when the experts are packed: one record per expert
+//
+// Records. A record is a contiguous, 4 KiB-aligned byte run of one data file. There is one per
+// layer holding all of that layer's non-expert tensors (the trunk matrices in `trunkOrder` order,
+// each with its scale / shape tensors, then the layer's small tensors: norms, biases, conv taps),
+// one for the embedding and one for the head (lm_head, then the final norm and K3's
+// output_attn_res tensors). Inside a record every tensor starts 4 KiB-aligned (the padding is
+// zeros). A group bigger than `maxRecord` (default 512 MiB; K3's dense layer 0 is 2.3 GB) is split
+// into several records at tensor boundaries, named `<group>.part<i>`; a tensor bigger than the
+// limit gets a record of its own. A data file rolls over to the next at `fileSize` (16 GiB), a
+// record bigger than that gets a file of its own. Each record carries the sha256 of its bytes
+// (offset .. offset + length, padding included); `verifyPack` recomputes them.
+//
+// Experts. When every routed expert's tensors are one contiguous byte run in the source shards
+// (K3 ships them so) and all experts share one relative layout, they stay where they are: the
+// manifest names the source directory once (relative to OUT, and absolute as a fallback) and, per
+// expert, the shard and the run's offset. Otherwise (or with experts: 'pack') each expert becomes
+// one 4 KiB-aligned record `expert.<layer>.<id>` in experts-NNNNN.bin, its tensors back to back
+// (gate, up, down; data, scale, shape), so one read fetches an expert.
+//
+// Tensors the engine never reads (vision tower, projector, MTP layers past num_hidden_layers) are
+// left out and listed in `dropped`.
+//
+// packed.json (version 1):
+// {
+//   format: "kimi-k3-ts packed", version: 1, alignment: 4096,
+//   source: "/abs/path/of/MODEL", config_sha256: "<hex of config.json bytes>", arch,
+//   options: { max_record, file_size, experts: "auto" | "in-place" | "pack" },
+//   source_shards: [{ file: "model-00001-of-00002.safetensors", size, header_sha256 }],
+//   files: [{ name: "trunk-00001.bin", size }],
+//   records: [{ name: "layer.3" | "layer.0.part1" | "embed" | "head" | "expert.1.7", kind, file: "trunk-00001.bin", offset, length, sha256 }],
+//   tensors: { "<name>": { dtype, shape, record: <index into records>, offset_in_record, nbytes } },
+//   experts_in_place: bool,
+//   experts: null | {
+//     in_place: bool,
+//     dir: "<source dir relative to OUT>" | null, source_dir: "<absolute>" | null   (in place only)
+//     files: [shard names (in place) | "experts-00001.bin", ...],
+//     expert_bytes,
+//     template: [{ suffix: "w1.weight_packed", dtype, shape, offset, nbytes }],  offset within the run
+//     at: { "<expert prefix: Names.expertPrefix(layer, expert)>": [file index, offset of the run] }
+//   },
+//   dropped: ["<tensor names left out>"], total_bytes, tensor_count
+// }
+// A tensor's bytes are at files[record.file] offset record.offset + offset_in_record; an expert
+// tensor's at experts.files[at[prefix][0]] offset at[prefix][1] + template.offset.
+//
+// `indexCheckpointDir` (safetensors.ts) calls `readPackedDir` when a directory holds packed.json,
+// so every command that opens a model accepts a packed directory.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { ReadError, UserError } from '../util/errors.js';
+import { DTYPE_BYTES, isDType, type DType } from './dtypes.js';
+import type { TensorEntry } from './safetensors.js';
+
+export const PACK_FORMAT = 'kimi-k3-ts packed';
+export const PACK_VERSION = 1;
+export const MANIFEST_NAME = 'packed.json';
+export const PACK_ALIGN = 4096;
+
+export type ExpertsMode = 'auto' | 'in-place' | 'pack';
+
+export type RecordKind = 'embed' | 'layer' | 'head' | 'expert';
+
+export interface PackedRecord {
+  name: string;
+  kind: RecordKind;
+  /** Data file name (one of `files`). */
+  file: string;
+  offset: number;
+  length: number;
+  sha256: string;
+}
+
+export interface PackedTensor {
+  dtype: DType;
+  shape: number[];
+  record: number;
+  offset_in_record: number;
+  nbytes: number;
+}
+
+export interface ExpertTemplateItem {
+  suffix: string;
+  dtype: DType;
+  shape: number[];
+  offset: number;
+  nbytes: number;
+}
+
+export interface PackedExperts {
+  in_place: boolean;
+  dir: string | null;
+  source_dir: string | null;
+  files: string[];
+  expert_bytes: number;
+  template: ExpertTemplateItem[];
+  at: Record<string, [number, number]>;
+}
+
+export interface SourceShard {
+  file: string;
+  size: number;
+  header_sha256: string;
+}
+
+export interface PackManifest {
+  format: string;
+  version: number;
+  alignment: number;
+  source: string;
+  config_sha256: string;
+  arch: string;
+  options: { max_record: number; file_size: number; experts: ExpertsMode };
+  source_shards: SourceShard[];
+  files: { name: string; size: number }[];
+  records: PackedRecord[];
+  tensors: Record<string, PackedTensor>;
+  experts_in_place: boolean;
+  experts: PackedExperts | null;
+  dropped: string[];
+  total_bytes: number;
+  tensor_count: number;
+}
+
+export function errCode(e: unknown): string {
+  return (e as NodeJS.ErrnoException).code ?? String(e);
+}
+
+export function readManifest(dir: string): PackManifest {
+  const file = path.join(dir, MANIFEST_NAME);
+  let m: PackManifest;
+  try {
+    m = JSON.parse(fs.readFileSync(file, 'utf8')) as PackManifest;
+  } catch (e) {
+    if (e instanceof SyntaxError) throw new UserError(`${file}: not valid JSON`);
+    throw new ReadError(`${file}: cannot read (${errCode(e)})`);
+  }
+  if (!m || typeof m !== 'object' || m.format !== PACK_FORMAT) throw new UserError(`${file}: not a kimi-k3-ts pack manifest`);
+  if (m.version !== PACK_VERSION) throw new UserError(`${file}: pack version ${m.version} is not supported (this build reads version ${PACK_VERSION}); repack with k3 pack`);
+  if (!Array.isArray(m.files) || !Array.isArray(m.records) || typeof m.tensors !== 'object' || m.tensors === null) {
+    throw new UserError(`${file}: manifest lacks files / records / tensors`);
+  }
+  return m;
+}
+
+function checkTensorShape(where: string, name: string, dtype: unknown, shape: unknown, nbytes: unknown): asserts dtype is DType {
+  if (typeof dtype !== 'string' || !isDType(dtype)) throw new UserError(`${where}: tensor ${name}: unknown dtype ${JSON.stringify(dtype)}`);
+  if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new UserError(`${where}: tensor ${name}: bad shape ${JSON.stringify(shape)}`);
+  const want = (shape as number[]).reduce((a, b) => a * b, 1) * DTYPE_BYTES[dtype];
+  if (nbytes !== want) throw new UserError(`${where}: tensor ${name}: ${String(nbytes)} bytes != shape ${JSON.stringify(shape)} x ${dtype} (${want})`);
+}
+
+/** Where the in-place experts' shards are: relative to OUT first (moved together), then the absolute source. */
+export function expertSourceDir(dir: string, m: PackManifest, ex: PackedExperts): string {
+  const candidates = [ex.dir !== null ? path.resolve(dir, ex.dir) : null, ex.source_dir].filter((c): c is string => c !== null);
+  for (const c of candidates) if (ex.files.every((f) => fs.existsSync(path.join(c, f)))) return c;
+  throw new UserError(`${path.join(dir, MANIFEST_NAME)}: the experts stay in the source checkpoint ${m.source}, which is missing (looked in ${[...new Set(candidates)].join(', ')})`);
+}
+
+/** The name -> entry map of a packed directory: trunk tensors in the packed files, experts in the packed files or the source shards. */
+export function readPackedDir(dir: string): Map<string, TensorEntry> {
+  const m = readManifest(dir);
+  const where = path.join(dir, MANIFEST_NAME);
+  const fileIndex = new Map(m.files.map((f, i) => [f.name, i]));
+  const files = m.files.map((f) => {
+    if (typeof f.name !== 'string' || f.name.includes('/') || f.name.includes('\\')) throw new UserError(`${where}: bad data file name ${JSON.stringify(f.name)}`);
+    const p = path.join(dir, f.name);
+    let size: number;
+    try {
+      size = fs.statSync(p).size;
+    } catch (e) {
+      throw new UserError(`${where}: data file ${f.name} is missing (${errCode(e)})`);
+    }
+    if (size !== f.size) throw new UserError(`${p}: ${size} bytes, the manifest says ${f.size} (truncated or replaced; k3 pack --verify ${dir})`);
+    return p;
+  });
+  const recFile = m.records.map((r) => {
+    const fi = fileIndex.get(r.file);
+    if (fi === undefined || !(r.offset >= 0) || r.offset + r.length > m.files[fi]!.size) throw new UserError(`${where}: record ${r.name} lies outside its data file`);
+    return files[fi]!;
+  });
+  const map = new Map<string, TensorEntry>();
+  for (const [name, t] of Object.entries(m.tensors)) {
+    checkTensorShape(where, name, t.dtype, t.shape, t.nbytes);
+    const r = m.records[t.record];
+    if (!r || t.offset_in_record < 0 || t.offset_in_record + t.nbytes > r.length) throw new UserError(`${where}: tensor ${name} lies outside its record`);
+    map.set(name, { name, file: recFile[t.record]!, dtype: t.dtype, shape: t.shape, offset: r.offset + t.offset_in_record, nbytes: t.nbytes });
+  }
+  const ex = m.experts;
+  if (ex) {
+    let exFiles: string[];
+    let sizes: number[];
+    if (ex.in_place) {
+      const src = expertSourceDir(dir, m, ex);
+      exFiles = ex.files.map((f) => path.join(src, f));
+      sizes = ex.files.map((f, i) => {
+        const size = fs.statSync(exFiles[i]!).size;
+        const rec = m.source_shards.find((s) => s.file === f);
+        if (rec && rec.size !== size) throw new UserError(`${exFiles[i]}: ${size} bytes, but ${rec.size} when packed: the source checkpoint changed; repack`);
+        return size;
+      });
+    } else {
+      exFiles = ex.files.map((f) => path.join(dir, f));
+      sizes = ex.files.map((f) => m.files.find((x) => x.name === f)?.size ?? -1);
+      if (sizes.some((s) => s < 0)) throw new UserError(`${where}: an experts file is not listed in files`);
+    }
+    for (const t of ex.template) {
+      checkTensorShape(where, `experts.*.${t.suffix}`, t.dtype, t.shape, t.nbytes);
+      if (t.offset < 0 || t.offset + t.nbytes > ex.expert_bytes) throw new UserError(`${where}: expert tensor ${t.suffix} lies outside the expert`);
+    }
+    for (const [prefix, [fi, off]] of Object.entries(ex.at)) {
+      const file = exFiles[fi];
+      if (file === undefined || off + ex.expert_bytes > sizes[fi]!) throw new UserError(`${where}: expert ${prefix} lies outside its file`);
+      for (const t of ex.template) {
+        const name = prefix + t.suffix;
+        map.set(name, { name, file, dtype: t.dtype, shape: t.shape, offset: off + t.offset, nbytes: t.nbytes });
+      }
+    }
+  }
+  return map;
+}
+
+/** True when `dir` is a packed directory. */
+export function isPackedDir(dir: string): boolean {
+  return fs.existsSync(path.join(dir, MANIFEST_NAME));
+}
