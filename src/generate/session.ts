@@ -15,8 +15,9 @@ import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import { renderChat, stopTokenIds, type ChatMessage, type Tokenizer, type TokenizerFamily } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
-import { Sampler, TextStopper, deriveSeed, usableStopIds, type SamplingOptions, type StopReason } from './sampling.js';
+import { Sampler, deriveSeed, type SamplingOptions } from './sampling.js';
 import { loadState, saveState, type LoadedState } from './state-file.js';
+import { TextStopper, usableStopIds, type StopReason } from './stop.js';
 
 export interface SessionOptions {
   /** Chat format: default K3 for K3 models, else K2 (Kimi Linear shares K2's). */
