@@ -330,6 +330,26 @@ export interface SpeedRow {
 }
 
 const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
+
+/** `reps` timed runs into `row`: after `begin()` (a fresh sequence), `prefill()` the prompt of
+ *  row.pp tokens, then row.tg calls of `step()` (one decode token each). */
+async function timeRuns(row: SpeedRow, reps: number, run: { begin: () => unknown; prefill: () => Promise<void>; step: () => Promise<void> }): Promise<void> {
+  for (let rep = 0; rep < reps; rep++) {
+    await run.begin();
+    const t0 = performance.now();
+    await run.prefill();
+    const t1 = performance.now();
+    for (let i = 0; i < row.tg; i++) await run.step();
+    const t2 = performance.now();
+    row.ppTokS.push(row.pp / ((t1 - t0) / 1000));
+    row.tgTokS.push(row.tg / ((t2 - t1) / 1000));
+  }
+}
+
+/** The progress line of one speed row: `  llama.cpp t=4: pp64 … tok/s, tg32 … tok/s`. */
+function speedLine(row: SpeedRow): string {
+  return `  ${row.engine.padEnd(9)} t=${row.threads}: pp${row.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${row.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`;
+}
 const sd = (a: number[]) => {
   if (a.length < 2) return 0;
   const m = mean(a);
@@ -349,20 +369,15 @@ async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { t
         // Warm-up (graph allocation, page faults of the mmap).
         let r = await s.feed(prompt.slice(0, Math.min(8, o.pp)), false);
         await s.feed([r.token], false);
-        for (let rep = 0; rep < o.reps; rep++) {
-          await s.reset();
-          const t0 = performance.now();
-          r = await s.feed(prompt, false);
-          const t1 = performance.now();
-          for (let i = 0; i < o.tg; i++) r = await s.feed([r.token], false);
-          const t2 = performance.now();
-          row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
-          row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
-        }
+        await timeRuns(row, o.reps, {
+          begin: () => s.reset(),
+          prefill: async () => void (r = await s.feed(prompt, false)),
+          step: async () => void (r = await s.feed([r.token], false)),
+        });
       } finally {
         await s.dispose();
       }
-      log(`  llama.cpp t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+      log(speedLine(row));
       rows.push(row);
     }
   } finally {
@@ -382,20 +397,17 @@ async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: nu
     try {
       // Warm-up: the first forward reads the weights in.
       await model.forward(model.newState(), prompt.slice(0, 2), 'last');
-      for (let rep = 0; rep < o.reps; rep++) {
-        const state = model.newState();
-        const t0 = performance.now();
-        let logits = await model.forward(state, prompt, 'last');
-        const t1 = performance.now();
-        for (let i = 0; i < o.tg; i++) logits = await model.forward(state, [argmax(logits, 0, V)], 'last');
-        const t2 = performance.now();
-        row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
-        row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
-      }
+      let state = model.newState();
+      let logits: Float32Array = new Float32Array(0);
+      await timeRuns(row, o.reps, {
+        begin: () => void (state = model.newState()),
+        prefill: async () => void (logits = await model.forward(state, prompt, 'last')),
+        step: async () => void (logits = await model.forward(state, [argmax(logits, 0, V)], 'last')),
+      });
     } finally {
       await model.close();
     }
-    log(`  ours      t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+    log(speedLine(row));
     rows.push(row);
   }
   return rows;
