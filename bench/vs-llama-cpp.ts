@@ -47,6 +47,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Model } from '../src/model/model.js';
 import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
+import { formatGB } from '../src/util/format.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf.js';
 
 type NodeLlamaCpp = typeof import('node-llama-cpp');
@@ -81,7 +82,7 @@ export async function prepareModel(
 ): Promise<{ dir: string; gguf: string; ggufBytes: number; params: number; checkpointBytes: number }> {
   // These directories belong to the bench: replace one written by another synth version or options.
   const s = await synthCheckpoint({ ...synth, force: true });
-  if (!s.skipped) log(`  synthesized ${s.dir} (${(s.bytes / 1e9).toFixed(2)} GB) in ${s.seconds.toFixed(1)} s`);
+  if (!s.skipped) log(`  synthesized ${s.dir} (${formatGB(s.bytes)}) in ${s.seconds.toFixed(1)} s`);
   const stampFile = `${gguf}.json`;
   const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
   let params: number;
@@ -98,7 +99,7 @@ export async function prepareModel(
     const r = convertK3ToGguf(s.dir, gguf, conv);
     params = r.params;
     fs.writeFileSync(stampFile, JSON.stringify({ stamp, params }) + '\n');
-    log(`  wrote ${gguf} (${(r.bytes / 1e9).toFixed(2)} GB, trunk ${conv.trunk}, experts ${conv.experts}) in ${((performance.now() - t1) / 1000).toFixed(1)} s`);
+    log(`  wrote ${gguf} (${formatGB(r.bytes)}, trunk ${conv.trunk}, experts ${conv.experts}) in ${((performance.now() - t1) / 1000).toFixed(1)} s`);
   }
   return { dir: s.dir, gguf, ggufBytes: fs.statSync(gguf).size, params, checkpointBytes: s.bytes };
 }
@@ -329,6 +330,26 @@ export interface SpeedRow {
 }
 
 const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
+
+/** `reps` timed runs into `row`: after `begin()` (a fresh sequence), `prefill()` the prompt of
+ *  row.pp tokens, then row.tg calls of `step()` (one decode token each). */
+async function timeRuns(row: SpeedRow, reps: number, run: { begin: () => unknown; prefill: () => Promise<void>; step: () => Promise<void> }): Promise<void> {
+  for (let rep = 0; rep < reps; rep++) {
+    await run.begin();
+    const t0 = performance.now();
+    await run.prefill();
+    const t1 = performance.now();
+    for (let i = 0; i < row.tg; i++) await run.step();
+    const t2 = performance.now();
+    row.ppTokS.push(row.pp / ((t1 - t0) / 1000));
+    row.tgTokS.push(row.tg / ((t2 - t1) / 1000));
+  }
+}
+
+/** The progress line of one speed row: `  llama.cpp t=4: pp64 … tok/s, tg32 … tok/s`. */
+function speedLine(row: SpeedRow): string {
+  return `  ${row.engine.padEnd(9)} t=${row.threads}: pp${row.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${row.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`;
+}
 const sd = (a: number[]) => {
   if (a.length < 2) return 0;
   const m = mean(a);
@@ -348,20 +369,15 @@ async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { t
         // Warm-up (graph allocation, page faults of the mmap).
         let r = await s.feed(prompt.slice(0, Math.min(8, o.pp)), false);
         await s.feed([r.token], false);
-        for (let rep = 0; rep < o.reps; rep++) {
-          await s.reset();
-          const t0 = performance.now();
-          r = await s.feed(prompt, false);
-          const t1 = performance.now();
-          for (let i = 0; i < o.tg; i++) r = await s.feed([r.token], false);
-          const t2 = performance.now();
-          row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
-          row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
-        }
+        await timeRuns(row, o.reps, {
+          begin: () => s.reset(),
+          prefill: async () => void (r = await s.feed(prompt, false)),
+          step: async () => void (r = await s.feed([r.token], false)),
+        });
       } finally {
         await s.dispose();
       }
-      log(`  llama.cpp t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+      log(speedLine(row));
       rows.push(row);
     }
   } finally {
@@ -381,20 +397,17 @@ async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: nu
     try {
       // Warm-up: the first forward reads the weights in.
       await model.forward(model.newState(), prompt.slice(0, 2), 'last');
-      for (let rep = 0; rep < o.reps; rep++) {
-        const state = model.newState();
-        const t0 = performance.now();
-        let logits = await model.forward(state, prompt, 'last');
-        const t1 = performance.now();
-        for (let i = 0; i < o.tg; i++) logits = await model.forward(state, [argmax(logits, 0, V)], 'last');
-        const t2 = performance.now();
-        row.ppTokS.push(o.pp / ((t1 - t0) / 1000));
-        row.tgTokS.push(o.tg / ((t2 - t1) / 1000));
-      }
+      let state = model.newState();
+      let logits: Float32Array = new Float32Array(0);
+      await timeRuns(row, o.reps, {
+        begin: () => void (state = model.newState()),
+        prefill: async () => void (logits = await model.forward(state, prompt, 'last')),
+        step: async () => void (logits = await model.forward(state, [argmax(logits, 0, V)], 'last')),
+      });
     } finally {
       await model.close();
     }
-    log(`  ours      t=${t}: pp${o.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${o.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`);
+    log(speedLine(row));
     rows.push(row);
   }
   return rows;
@@ -506,7 +519,7 @@ async function main(): Promise<void> {
       { trunk, experts: 'mxfp4' },
       log,
     );
-    log(`checkpoint ${(m.checkpointBytes / 1e9).toFixed(2)} GB, GGUF ${(m.ggufBytes / 1e9).toFixed(2)} GB, ${(m.params / 1e9).toFixed(3)} B params`);
+    log(`checkpoint ${formatGB(m.checkpointBytes)}, GGUF ${formatGB(m.ggufBytes)}, ${(m.params / 1e9).toFixed(3)} B params`);
     const V = 32768;
     const lrows = await speedLlama(nlc, m.gguf, V, { threads, pp, tg, reps }, log);
     const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);

@@ -5,10 +5,7 @@ import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
 import { configAndIndex } from '../checkpoint/virtual.js';
-
-function gb(n: number): string {
-  return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} MB` : `${(n / 1e3).toFixed(1)} kB`;
-}
+import { formatDecimalBytes } from '../util/format.js';
 
 export const command: Command = {
   summary: 'architecture, layer map, experts, parameters and bytes by dtype, state sizes',
@@ -54,9 +51,9 @@ and the state a sequence needs (per sequence and per position).`,
       `architecture  ${cfg.arch}  (vocab ${cfg.vocabSize}, hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers)`,
       `layers        ${map.map((m, l) => `${l}:${m}`).join(' ')}`,
       `experts       ${cfg.moe.experts} routed, ${cfg.moe.topK} per token, ${cfg.moe.shared} shared, width ${cfg.moe.intermediate}${cfg.moe.latentDim ? `, latent ${cfg.moe.latentDim}` : ''}`,
-      `parameters    ${c.params.toLocaleString('en-US')} in ${c.tensors} tensors, ${gb(c.bytes)} (${gb(c.expertBytes)} routed experts)${c.skippedTensors ? `; ${c.skippedTensors} vision tensors skipped` : ''}`,
-      ...Object.entries(c.byDtype).map(([d, v]) => `  ${d.padEnd(8)}    ${v.params.toLocaleString('en-US')} params, ${gb(v.bytes)}, ${v.tensors} tensors`),
-      `state         ${gb(s.perSequenceBytes)} per sequence (KDA), ${gb(s.perPositionBytes)} per position (MLA latent cache)`,
+      `parameters    ${c.params.toLocaleString('en-US')} in ${c.tensors} tensors, ${formatDecimalBytes(c.bytes)} (${formatDecimalBytes(c.expertBytes)} routed experts)${c.skippedTensors ? `; ${c.skippedTensors} vision tensors skipped` : ''}`,
+      ...Object.entries(c.byDtype).map(([d, v]) => `  ${d.padEnd(8)}    ${v.params.toLocaleString('en-US')} params, ${formatDecimalBytes(v.bytes)}, ${v.tensors} tensors`),
+      `state         ${formatDecimalBytes(s.perSequenceBytes)} per sequence (KDA), ${formatDecimalBytes(s.perPositionBytes)} per position (MLA latent cache)`,
     ];
     console.log(lines.join('\n'));
     return 0;

@@ -4,8 +4,10 @@
 import type { Command } from './main.js';
 import { parse } from './args.js';
 import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, verifyPack, type ExpertsMode } from '../store/pack.js';
-import { formatBytes, parseSize } from '../store/plan.js';
+import { parseSize } from '../store/plan.js';
 import { UserError } from '../util/errors.js';
+import { formatBytes } from '../util/format.js';
+import { progressBar } from '../util/progress.js';
 import { stopOnSignals } from './signals.js';
 
 const HELP = `usage: k3 pack MODEL OUT [--max-record SIZE] [--file-size SIZE] [--experts auto|in-place|pack] [--json]
@@ -31,41 +33,6 @@ options:
   --verify              recompute the checksums of OUT's records; exit 2 naming any that differ
   --json                print the result as JSON`;
 
-function fmtTime(s: number): string {
-  if (!Number.isFinite(s)) return '?';
-  if (s >= 3600) return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-  if (s >= 60) return `${Math.floor(s / 60)}m${String(Math.floor(s % 60)).padStart(2, '0')}s`;
-  return `${s.toFixed(0)}s`;
-}
-
-/** A one-line progress bar on stderr, redrawn with \r at most every 200 ms; silent unless stderr is a TTY. */
-export function progressLine(label: string, stream: NodeJS.WriteStream = process.stderr): { update(done: number, total: number): void; end(): void } {
-  const tty = stream.isTTY === true;
-  const t0 = performance.now();
-  let last = -Infinity;
-  let shown = false;
-  return {
-    update(done, total) {
-      if (!tty) return;
-      const now = performance.now();
-      if (done < total && now - last < 200) return;
-      last = now;
-      const s = (now - t0) / 1000;
-      const rate = done / Math.max(s, 1e-3);
-      const frac = total > 0 ? done / total : 1;
-      const width = 24;
-      const fill = Math.round(frac * width);
-      const eta = rate > 0 ? (total - done) / rate : Infinity;
-      const line = `${label} [${'#'.repeat(fill)}${'.'.repeat(width - fill)}] ${(100 * frac).toFixed(0).padStart(3)}%  ${formatBytes(done)} / ${formatBytes(total)}  ${formatBytes(rate)}/s  ETA ${fmtTime(eta)}`;
-      stream.write(`\r${line}\x1b[K`);
-      shown = true;
-    },
-    end() {
-      if (shown) stream.write('\n');
-    },
-  };
-}
-
 export const command: Command = {
   summary: 'lay the weights out for streaming: a 4 KiB-aligned record per layer, a manifest with checksums',
   help: HELP,
@@ -80,7 +47,7 @@ export const command: Command = {
     if (values.verify) {
       if (positionals.length !== 1) throw new UserError('pack: --verify takes one argument, the packed directory (k3 pack --help)');
       const dir = positionals[0]!;
-      const bar = progressLine('verify');
+      const bar = progressBar('verify');
       const r = await verifyPack(dir, { onProgress: bar.update });
       bar.end();
       const ok = r.mismatches.length === 0 && r.problems.length === 0;
@@ -99,7 +66,7 @@ export const command: Command = {
     const [model, out] = positionals as [string, string];
     const experts = values.experts ?? 'auto';
     if (!['auto', 'in-place', 'pack'].includes(experts)) throw new UserError(`pack: --experts must be auto, in-place or pack, got ${JSON.stringify(experts)}`);
-    const bar = progressLine('pack');
+    const bar = progressBar('pack');
     const r = await packCheckpoint({
       model,
       out,

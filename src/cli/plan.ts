@@ -2,10 +2,11 @@ import * as fs from 'node:fs';
 import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
-import { formatBytes, makePlan, maxBudget, resolveBudget } from '../store/plan.js';
+import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
 import { configAndIndex } from '../checkpoint/virtual.js';
 import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
+import { formatBytes } from '../util/format.js';
 
 export const command: Command = {
   summary: 'where every byte of a memory budget goes, and the smallest budget that works',

@@ -5,7 +5,8 @@ import { parse, parseIds, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
 import { greedy } from '../generate/greedy.js';
 import { RunRecorder, formatSummary } from '../generate/report.js';
-import { Sampler, TextStopper, usableStopIds, type SamplingOptions } from '../generate/sampling.js';
+import { Sampler, type SamplingOptions } from '../generate/sampling.js';
+import { TextStopper, usableStopIds } from '../generate/stop.js';
 import { loadTokenizer, renderChat, stopTokenIds, type ChatMessage } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 

@@ -1,6 +1,8 @@
 import type { Command } from './main.js';
 import { parse, parseIntFlag } from './args.js';
 import { UserError } from '../util/errors.js';
+import { MiB, formatBytes } from '../util/format.js';
+import { progressLine } from '../util/progress.js';
 import { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
 import { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
 
@@ -81,22 +83,13 @@ export const command: Command = {
     };
     for (const k of Object.keys(opts) as (keyof SynthOptions)[]) if (opts[k] === undefined) delete opts[k];
 
-    const tty = process.stderr.isTTY === true;
-    let lastLine = 0;
-    let progressShown = false;
-    const t0 = performance.now();
+    const line = progressLine((done, total, s) => `synth: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / total)}%), ${formatBytes(done / Math.max(s, 1e-3))}/s`, { intervalMs: 500, pipeIntervalMs: 10_000, drawFirst: false });
     opts.onProgress = (done, total) => {
-      if (total < 256 * 2 ** 20) return; // small outputs finish before a progress line helps
-      const now = performance.now();
-      if (done < total && now - lastLine < (tty ? 500 : 10_000)) return;
-      lastLine = now;
-      const s = (now - t0) / 1000;
-      const line = `synth: ${fmtBytes(done)} / ${fmtBytes(total)} (${Math.floor((100 * done) / total)}%), ${fmtBytes(done / Math.max(s, 1e-3))}/s`;
-      process.stderr.write(tty ? `\r${line}\x1b[K` : `${line}\n`);
-      progressShown = true;
+      if (total < 256 * MiB) return; // small outputs finish before a progress line helps
+      line.update(done, total);
     };
     const r = await synthCheckpoint(opts);
-    if (progressShown && tty) process.stderr.write('\n');
+    line.end();
     if (values.json) {
       console.log(JSON.stringify({ dir: r.dir, skipped: r.skipped, files: r.shards, tensors: r.tensors, bytes: r.bytes, seconds: r.seconds, ...r.resolved }));
     } else if (r.skipped) {
@@ -104,16 +97,9 @@ export const command: Command = {
     } else {
       const what = `${r.resolved.arch} ${r.resolved.preset}, ${r.resolved.expertsFormat} experts, seed ${r.resolved.seed}`;
       console.log(
-        `synth: wrote ${r.dir} (${what}): ${r.shards.length} shard(s), ${r.tensors} tensors, ${fmtBytes(r.bytes)} (${r.bytes} bytes) in ${r.seconds.toFixed(2)} s (${fmtBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s)`,
+        `synth: wrote ${r.dir} (${what}): ${r.shards.length} shard(s), ${r.tensors} tensors, ${formatBytes(r.bytes)} (${r.bytes} bytes) in ${r.seconds.toFixed(2)} s (${formatBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s)`,
       );
     }
     return 0;
   },
 };
-
-function fmtBytes(n: number): string {
-  if (n >= 2 ** 30) return `${(n / 2 ** 30).toFixed(2)} GiB`;
-  if (n >= 2 ** 20) return `${(n / 2 ** 20).toFixed(1)} MiB`;
-  if (n >= 2 ** 10) return `${(n / 2 ** 10).toFixed(1)} KiB`;
-  return `${Math.round(n)} B`;
-}

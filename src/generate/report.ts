@@ -3,6 +3,7 @@
 // time spent waiting for I/O, and peak RSS from the OS.
 
 import type { WeightStore, StoreStats } from '../store/store.js';
+import { formatMiB } from '../util/format.js';
 
 export interface StepReport {
   token: number;
@@ -116,6 +117,6 @@ export function formatSummary(r: RunSummary): string {
     `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s)`,
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
     `read    ${(g.trunk * 1e3).toFixed(2)} MB trunk + ${(g.experts * 1e3).toFixed(2)} MB experts + ${(g.embeddings * 1e6).toFixed(1)} kB embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time`,
-    `memory  peak RSS ${(r.peak_rss_bytes / 2 ** 20).toFixed(0)} MiB (budget ${(r.budget_bytes / 2 ** 20).toFixed(0)} MiB, floor ${(r.floor_bytes / 2 ** 20).toFixed(0)} MiB)`,
+    `memory  peak RSS ${formatMiB(r.peak_rss_bytes)} (budget ${formatMiB(r.budget_bytes)}, floor ${formatMiB(r.floor_bytes)})`,
   ].join('\n');
 }
