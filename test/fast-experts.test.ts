@@ -13,7 +13,6 @@ import * as ref from '../src/kernels/ref.js';
 import { matmulQ8Ref } from '../src/kernels/wasm/q8.js';
 import type { WeightView } from '../src/kernels/types.js';
 import { Model } from '../src/model/model.js';
-import { activeKernels } from '../src/kernels/dispatch.js';
 import { nextTokenKL } from '../src/cli/bench.js';
 
 const rnd = xorshift(0x2545f491);
@@ -102,12 +101,12 @@ test('k3 golden: --fast-experts runs, is deterministic across threads/chunks, KL
   for (const [threads, chunk] of [[1, 64], [2, 64], [2, 7]] as const) {
     const m = await Model.load(dir, { ctx: 128, threads, fastExperts: true });
     try {
-      assert.equal(activeKernels()!.fastExperts, true);
+      assert.equal(m.kernels!.fastExperts, true);
       const got = await m.forward(m.newState(), ids, 'all', chunk);
       assert.ok(got.every((v) => Number.isFinite(v)), 'finite logits');
       if (!fast1) {
         fast1 = got;
-        activeKernels()!.fastExperts = false;
+        m.kernels!.fastExperts = false;
         base = await m.forward(m.newState(), ids, 'all', chunk);
         const vocab = V ?? m.config.vocabSize;
         const { meanKL, top1 } = nextTokenKL(base, got, vocab);

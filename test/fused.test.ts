@@ -7,7 +7,6 @@ import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
-import { activeKernels } from '../src/kernels/dispatch.js';
 import * as ref from '../src/kernels/ref.js';
 import { kdaRecurStep } from '../src/model/kda.js';
 import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
@@ -137,7 +136,6 @@ test('pool: a batch of many ops (past the first 64 control words) == reference b
 });
 
 test('SequenceState: plain arrays without kernels or with alloc null; kernel memory with an allocator; MlaCache growth keeps its contents', () => {
-  assert.equal(activeKernels(), null);
   const c = new MlaCache(8, 3, 2, (n) => k1.allocF32(n).fill(0));
   assert.ok(k1.contains(c.lat) && k1.contains(c.rope));
   c.reserve(2);
@@ -171,7 +169,7 @@ for (const name of CASES) {
       const m = await Model.load(dir, { ctx: 8, threads, chunk });
       try {
         const st = m.newState();
-        const g = activeKernels()!;
+        const g = m.kernels!;
         for (const k of st.kda) if (k) assert.ok(g.ownerOf(k.S) && g.ownerOf(k.conv), 'KDA state in kernel memory');
         for (const c of st.mla) if (c) assert.ok(g.ownerOf(c.lat) && g.ownerOf(c.rope), 'MLA cache in kernel memory');
         const got = await m.forward(st, ids, 'all', chunk);
@@ -189,9 +187,11 @@ for (const name of CASES) {
             sameBytes(c.rope.subarray(0, ids.length * c.dr), e.rope.subarray(0, ids.length * e.dr), `layer ${l} rope keys`);
           }
         }
-        // an explicit null allocator keeps plain arrays even with kernels active
-        const plain = new SequenceState(m.config, 8, null);
-        for (const k of plain.kda) if (k) assert.ok(!g.ownerOf(k.S));
+        // without an allocator (or with null) a state is plain arrays even with a model's kernels loaded
+        for (const plain of [new SequenceState(m.config, 8, null), new SequenceState(m.config, 8)]) {
+          for (const k of plain.kda) if (k) assert.ok(!g.ownerOf(k.S));
+          for (const c of plain.mla) if (c) assert.ok(!g.ownerOf(c.lat));
+        }
       } finally {
         await m.close();
       }

@@ -15,6 +15,7 @@ import { mlaForward, MlaCache } from '../src/model/mla.js';
 import { moeForward } from '../src/model/moe.js';
 import { parseConfig } from '../src/checkpoint/config.js';
 import { makeBlock } from '../src/model/decoder.js';
+import { REF_COMPUTE } from '../src/kernels/dispatch.js';
 import { k3Layer } from '../src/model/k3.js';
 import { SequenceState } from '../src/model/state.js';
 import { decodeRow } from '../src/kernels/ref.js';
@@ -61,7 +62,7 @@ test('situ_glu: both soft caps saturate, sigmoid on the uncapped gate', () => {
     g.set(x.subarray(r * 16, r * 16 + n), r * n);
     u.set(x.subarray(r * 16 + n, r * 16 + 2 * n), r * n);
   }
-  close(gatedAct(g, u, SITU), arr(f, 'out'), 'situ');
+  close(gatedAct(REF_COMPUTE, g, u, SITU), arr(f, 'out'), 'situ');
 });
 
 test('shortconv: prefill of 5 tokens, carried tail, then one decode step', () => {
@@ -121,6 +122,7 @@ for (const name of ['kda_layer1', 'kda_layer8']) {
     const p: KdaParams = { heads: H, headDim: d, convSize: f.conv_k as number, gateLowerBound: f.lower_bound as number, eps: f.rms_eps as number };
     const st = newKdaState(p);
     const y = await kdaForward(
+    REF_COMPUTE,
       p,
       {
         q: view(f, 'q_proj'), k: view(f, 'k_proj'), v: view(f, 'v_proj'),
@@ -141,7 +143,7 @@ test('router: selection on biased scores, weights from unbiased ones', async () 
   const E = f.n_experts as number, K = f.top_k as number;
   const x = arr(f, 'in');
   const T = x.length / 128;
-  const logits = await linear(view(f, 'gate_weight'), x, T);
+  const logits = await linear(REF_COMPUTE, view(f, 'gate_weight'), x, T);
   const r = route({ experts: E, topK: K, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false }, logits, arr(f, 'bias'), T);
   const idx = (f.topk_idx as Arr).data;
   const w = (f.topk_weight as Arr).data;
@@ -177,6 +179,7 @@ test('mla: gated NoPE MLA from the latent cache', async () => {
   const T = x.length / 128;
   const cache = new MlaCache(Lk, dr);
   const y = await mlaForward(
+    REF_COMPUTE,
     { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk, scale: f.scale as number, latentNormEps: f.rms_eps as number, rope: null },
     {
       q: { a: view(f, 'q_a_proj_weight'), norm: arr(f, 'q_a_layernorm_weight'), b: view(f, 'q_b_proj_weight') },
@@ -195,6 +198,7 @@ test('moe: latent MoE, norm on the aggregate, shared experts on the full-width i
   const x = arr(f, 'in');
   const T = x.length / 128;
   const y = await moeForward(
+    REF_COMPUTE,
     { experts: 8, topK: 2, groups: 1, topkGroup: 1, renormalize: true, scaling: 1, biasedWeights: false, act: SITU, eps: f.rms_eps as number },
     {
       gate: view(f, 'gate_weight'), bias: arr(f, 'e_score_correction_bias'),
@@ -254,7 +258,7 @@ for (const name of ['layer_kda', 'layer_mla']) {
       if (typeof v !== 'object' || v === null || !('data' in v) || ['in', 'out', 'block_residual_in', 'block_residual_out'].includes(k)) continue;
       tensors[officialName(k, l)] = f32Tensor((v as Arr).data, (v as Arr).shape);
     }
-    const block = makeBlock(cfg, memoryStore(cfg, tensors));
+    const block = makeBlock(cfg, memoryStore(cfg, tensors), REF_COMPUTE);
     const D = 128;
     const x = arr(f, 'in');
     const T = x.length / D;

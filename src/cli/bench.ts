@@ -6,7 +6,6 @@ import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
 import { Model } from '../model/model.js';
 import { census } from '../checkpoint/census.js';
-import { activeKernels } from '../kernels/dispatch.js';
 import type { WeightFormat, WeightView } from '../kernels/types.js';
 import { UserError } from '../util/errors.js';
 
@@ -118,7 +117,7 @@ ${MODEL_HELP}`,
         }
         const paths: ('exact' | 'fast')[] = fast ? ['exact', 'fast'] : ['exact'];
         for (const pth of paths) {
-          const kgp = activeKernels();
+          const kgp = model.kernels;
           if (kgp) kgp.fastExperts = pth === 'fast';
           if (P > 0) {
             await run1(model, ids(Math.min(P, 8), cfg.vocabSize, 1), P); // warm-up
@@ -149,7 +148,7 @@ ${MODEL_HELP}`,
           }
         }
         if (fast && !cost) {
-          const kgc = activeKernels()!;
+          const kgc = model.kernels!;
           const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
           kgc.fastExperts = false;
           const base = await run1(model, prompt, P || 64, 'all');
@@ -159,7 +158,7 @@ ${MODEL_HELP}`,
           const c = nextTokenKL(base, got, cfg.vocabSize);
           cost = { prompt: klIds ? 'tokens.json short' : '64 pseudo-random ids', positions: c.positions, mean_kl: c.meanKL, top1_agreement: c.top1 };
         }
-        const kg = activeKernels();
+        const kg = model.kernels;
         if (kg) {
           const k = kg.members[0]!;
           const mark = k.mark();

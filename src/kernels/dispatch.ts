@@ -6,7 +6,7 @@
 
 import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
-import type { ActKind } from './wasm/act.js';
+import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from './types.js';
 
 const GiB = 2 ** 30;
@@ -101,82 +101,99 @@ export class KernelGroup {
   }
 }
 
-let active: KernelGroup | null = null;
-
-/** Route products through `group` (null: the TypeScript reference only). */
-export function useKernels(group: KernelGroup | null): void {
-  active = group;
-}
-
-export function activeKernels(): KernelGroup | null {
-  return active;
-}
-
-/** y[t, r] = W[r, :] · x[t, :] for t < T (see ref.matmul). */
-export function matmul(w: WeightView, x: Float32Array, T: number, y: Float32Array): void {
-  const k = active?.owner(w);
-  if (k) k.matmul(w, x, T, y);
-  else ref.matmul(w, x, T, y);
-}
-
-/** y[c] = Σ_k x[xo+k] · W[r0+k, c] (see ref.matvecT). */
-export function matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
-  const k = active?.owner(w);
-  if (k) k.matvecT(w, r0, n, x, xo, y);
-  else ref.matvecT(w, r0, n, x, xo, y);
-}
-
-// ---- fused pieces: the WebAssembly kernels when the state lives in kernel memory --------------
-// These return false (and do nothing) when the state is not in the active group's memory: the
-// caller then runs the JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
-
-/** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep). */
-export function kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): boolean {
-  const kk = active?.ownerOf(S);
-  if (!kk) return false;
-  kk.kdaStep(S, q, k, v, alpha, beta, o, H, d);
-  return true;
-}
-
-/** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
-export function mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
-  const kk = active?.ownerOf(lat);
-  if (!kk) return false;
-  kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
-  return true;
-}
-
-/** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum). */
-export function mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): boolean {
-  const kk = active?.ownerOf(lat);
-  if (!kk) return false;
-  kk.mlaWeightedSum(P, lat, n, Lk, H, out);
-  return true;
-}
-
-/**
- * Gated activation out[i] = f32(act(gate[i], up[i])) in WebAssembly (see Kernels.gatedAct), by the
- * member holding gate, else the first; false without kernels (the caller runs gatedActRef). Same bytes.
- */
-export function gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): boolean {
-  if (!active) return false;
-  (active.ownerOf(gate) ?? active.members[0]!).gatedAct(gate, up, out, kind, b, bl);
-  return true;
-}
-
 export type { MatmulOp } from './fast.js';
 
+/** The canonical f32 dot of the reference kernels (ref.dot), for model code's own reference loops. */
+export const dot = ref.dot;
+
 /**
- * Independent products in as few dispatches as possible: grouped by the kernel instance whose
- * memory holds each weight; weights outside kernel memory go through the reference. Each output
- * is exactly what matmul() gives.
+ * How one model computes: its kernel group (null: the TypeScript reference only). Each model owns
+ * one, so several models, with their own kernels and threads, can live in one process. Products
+ * of weights outside the group's memory go through the reference; both give the same bytes.
  */
-export function matmulBatch(ops: readonly MatmulOp[]): void {
-  const groups = new Map<Kernels, MatmulOp[]>();
-  for (const op of ops) {
-    const k = active?.owner(op.w);
-    if (k) (groups.get(k) ?? groups.set(k, []).get(k)!).push(op);
-    else ref.matmul(op.w, op.x, op.T, op.y);
+export class Compute {
+  constructor(private readonly kernels: KernelGroup | null) {}
+
+  /** The kernel group products run on, or null for the reference. */
+  get group(): KernelGroup | null {
+    return this.kernels;
   }
-  for (const [k, list] of groups) k.matmulBatch(list);
+
+  /** y[t, r] = W[r, :] · x[t, :] for t < T (see ref.matmul). */
+  matmul(w: WeightView, x: Float32Array, T: number, y: Float32Array): void {
+    const k = this.kernels?.owner(w);
+    if (k) k.matmul(w, x, T, y);
+    else ref.matmul(w, x, T, y);
+  }
+
+  /** y[c] = Σ_k x[xo+k] · W[r0+k, c] (see ref.matvecT). */
+  matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
+    const k = this.kernels?.owner(w);
+    if (k) k.matvecT(w, r0, n, x, xo, y);
+    else ref.matvecT(w, r0, n, x, xo, y);
+  }
+
+  // ---- fused pieces: the WebAssembly kernels when the state lives in this group's memory -------
+  // These return false (and do nothing) when the state is not in the group's memory: the caller
+  // then runs the JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
+
+  /** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep). */
+  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): boolean {
+    const kk = this.kernels?.ownerOf(S);
+    if (!kk) return false;
+    kk.kdaStep(S, q, k, v, alpha, beta, o, H, d);
+    return true;
+  }
+
+  /** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
+  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
+    const kk = this.kernels?.ownerOf(lat);
+    if (!kk) return false;
+    kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
+    return true;
+  }
+
+  /** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum). */
+  mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): boolean {
+    const kk = this.kernels?.ownerOf(lat);
+    if (!kk) return false;
+    kk.mlaWeightedSum(P, lat, n, Lk, H, out);
+    return true;
+  }
+
+  /**
+   * Gated activation out[i] = f32(act(gate[i], up[i])): in WebAssembly (see Kernels.gatedAct) by
+   * the member holding gate, else the first; without kernels, gatedActRef. Same bytes.
+   */
+  gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
+    const g = this.kernels;
+    if (g) (g.ownerOf(gate) ?? g.members[0]!).gatedAct(gate, up, out, kind, b, bl);
+    else gatedActRef(gate, up, out, kind, b, bl);
+  }
+
+  /**
+   * Independent products in as few dispatches as possible: grouped by the kernel instance whose
+   * memory holds each weight; weights outside kernel memory go through the reference. Each output
+   * is exactly what matmul() gives.
+   */
+  matmulBatch(ops: readonly MatmulOp[]): void {
+    const groups = new Map<Kernels, MatmulOp[]>();
+    for (const op of ops) {
+      const k = this.kernels?.owner(op.w);
+      if (k) (groups.get(k) ?? groups.set(k, []).get(k)!).push(op);
+      else ref.matmul(op.w, op.x, op.T, op.y);
+    }
+    for (const [k, list] of groups) k.matmulBatch(list);
+  }
+
+  /**
+   * A zero-filled Float32Array for sequence state: in the group's kernel memory when it has room
+   * (KernelGroup.allocF32), so the fused kernels use it in place; else a plain array.
+   */
+  allocF32(n: number): Float32Array {
+    return this.kernels ? this.kernels.allocF32(n) : new Float32Array(n);
+  }
 }
+
+/** The TypeScript reference, shared by every model opened without kernels. */
+export const REF_COMPUTE = new Compute(null);

@@ -5,6 +5,7 @@
 import type { ModelConfig } from '../checkpoint/config.js';
 import { namesOf, type Names } from '../checkpoint/names.js';
 import type { WeightStore } from '../store/store.js';
+import type { Compute } from '../kernels/dispatch.js';
 import { UserError } from '../util/errors.js';
 import { kdaForward, type KdaParams } from './kda.js';
 import { mlaForward, type MlaParams } from './mla.js';
@@ -18,18 +19,21 @@ export interface Block {
   cfg: ModelConfig;
   names: Names;
   store: WeightStore;
+  /** The kernels (or the reference) this block's products run on: its model's. */
+  compute: Compute;
   kda: KdaParams | null;
   mla: MlaParams;
   moe: MoeParams;
 }
 
-export function makeBlock(cfg: ModelConfig, store: WeightStore): Block {
+export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute): Block {
   const m = cfg.mla;
   const k = cfg.kda;
   return {
     cfg,
     names: namesOf(cfg),
     store,
+    compute,
     kda: k ? { heads: k.heads, headDim: k.headDim, convSize: k.convSize, gateLowerBound: k.gateLowerBound, eps: cfg.rmsNormEps } : null,
     mla: {
       heads: m.heads,
@@ -63,14 +67,14 @@ export async function layerNorm(b: Block, name: string, x: Float32Array, T: numb
 
 /** Attention block of layer l on normalized input xn [T, D]. */
 export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, state.kda[l]!);
-  return mlaForward(b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, state.mla[l]!);
+  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.compute, b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, state.kda[l]!);
+  return mlaForward(b.compute, b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, state.mla[l]!);
 }
 
 /** FFN block of layer l on normalized input xn [T, D]. */
 export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(await denseMlpWeights(b.store, b.cfg, l), xn, T, b.cfg.act);
-  return moeForward(b.moe, await moeWeights(b.store, b.cfg, l), xn, T, expertFetch(b.store, b.cfg, l));
+  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await denseMlpWeights(b.store, b.cfg, l), xn, T, b.cfg.act);
+  return moeForward(b.compute, b.moe, await moeWeights(b.store, b.cfg, l), xn, T, expertFetch(b.store, b.cfg, l));
 }
 
 /** Final norm and lm_head for the given rows of h [T, D]: returns [rows.length, V]. */
@@ -81,5 +85,5 @@ export async function head(b: Block, h: Float32Array, T: number, rows: number[])
   const sel = new Float32Array(rows.length * D);
   rows.forEach((t, i) => sel.set(h.subarray(t * D, (t + 1) * D), i * D));
   const lm = b.store.mat(b.names.lmHead, cfg.vocabSize, D);
-  return linear(lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
+  return linear(b.compute, lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
 }

@@ -5,7 +5,7 @@
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
 import type { Mat } from '../store/mat.js';
-import { kdaStep } from '../kernels/dispatch.js';
+import type { Compute } from '../kernels/dispatch.js';
 import { linear, linearMany, sigmoid } from './ops.js';
 
 const fr = Math.fround;
@@ -147,15 +147,15 @@ function l2Heads(x: Float32Array, heads: number, d: number, scale: number): void
 }
 
 /** KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. */
-export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Promise<Float32Array> {
+export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Promise<Float32Array> {
   const H = p.heads;
   const d = p.headDim;
   const P = H * d;
   const W = p.convSize;
   // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
   const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
-  const [qr, kr, vr, fa, beta, g] = (await linearMany([w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
-  const [z, gb] = await linearMany([{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
+  const [qr, kr, vr, fa, beta, g] = (await linearMany(c, [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
+  const [z, gb] = await linearMany(c, [{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
   const gamma = gb ?? g!;
 
   const work = state.work ?? new Float32Array(5 * P + H);
@@ -176,7 +176,7 @@ export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T
     kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
     for (let h = 0; h < H; h++) betas[h] = sigmoid(beta[t * H + h]!); // rounded to f32 by the store
     // All heads at once in WebAssembly when S lives in kernel memory, else the reference per head.
-    if (!kdaStep(state.S, q, k, v, alpha, betas, o, H, d)) {
+    if (!c.kdaStep(state.S, q, k, v, alpha, betas, o, H, d)) {
       for (let h = 0; h < H; h++) kdaRecurStep(state.S, h * d * d, d, q, k, v, alpha, betas[h]!, o, h * d, u);
     }
     // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (§3.3 P9; norm first, gate second).
@@ -190,5 +190,5 @@ export async function kdaForward(p: KdaParams, w: KdaWeights, x: Float32Array, T
       }
     }
   }
-  return linear(w.o, y, T);
+  return linear(c, w.o, y, T);
 }

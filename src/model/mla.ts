@@ -4,8 +4,7 @@
 // token exactly as decode does, so every position's numbers are the same either way.
 
 import type { Mat } from '../store/mat.js';
-import { dot } from '../kernels/ref.js';
-import { matmul, matvecT, mlaScores, mlaWeightedSum } from '../kernels/dispatch.js';
+import { dot, type Compute } from '../kernels/dispatch.js';
 import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../kernels/types.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
@@ -86,12 +85,12 @@ export class MlaCache {
 }
 
 /** MLA for T tokens of normalized input x [T, D] at positions cache.length …; appends to the cache. */
-export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Promise<Float32Array> {
+export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Promise<Float32Array> {
   const { heads: H, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
   // The products of x in one batch (q_a or q_proj, kv_a, the output gate), then q_b.
   const first = 'direct' in w.q ? w.q.direct : w.q.a;
-  const [q0, a, g] = await linearMany([first, w.kva, ...(w.gate ? [w.gate] : [])].map((m) => ({ m, x, T })));
-  const q = 'direct' in w.q ? q0! : await linear(w.q.b, rmsNorm(q0!, T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
+  const [q0, a, g] = await linearMany(c, [first, w.kva, ...(w.gate ? [w.gate] : [])].map((m) => ({ m, x, T })));
+  const q = 'direct' in w.q ? q0! : await linear(c, w.q.b, rmsNorm(q0!, T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
   const p0 = cache.length;
   cache.reserve(p0 + T);
   for (let t = 0; t < T; t++) {
@@ -102,11 +101,11 @@ export async function mlaForward(p: MlaParams, w: MlaWeights, x: Float32Array, T
   cache.length = p0 + T;
 
   const out = new Float32Array(T * H * dv);
-  await w.kvb.whole((kvb) => attend(p, kvb, q, T, p0, cache, out));
+  await w.kvb.whole((kvb) => attend(c, p, kvb, q, T, p0, cache, out));
   if (w.gate) {
     for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g![i]!);
   }
-  return linear(w.o, out, T);
+  return linear(c, w.o, out, T);
 }
 
 /**
@@ -144,7 +143,7 @@ export function mlaWeightedSumRef(P: Float32Array, lat: Float32Array, n: number,
  * Each head's numbers are independent of the others, so doing the heads stage by stage changes
  * nothing.
  */
-function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
+function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
   const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
   const dq = dn + dr;
   const qLat = new Float32Array(H * Lk);
@@ -158,11 +157,11 @@ function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: n
       const qo = t * H * dq + h * dq;
       if (p.rope) applyRope(p.rope, q, qo + dn, pos);
       // q_lat = q_nope · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj)
-      matvecT(kvb, h * (dn + dv), dn, q, qo, qLat.subarray(h * Lk, (h + 1) * Lk));
+      c.matvecT(kvb, h * (dn + dv), dn, q, qo, qLat.subarray(h * Lk, (h + 1) * Lk));
     }
     const sc = scoreBuf.subarray(0, H * n);
     const qr = t * H * dq + dn;
-    if (!mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
+    if (!c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
     // softmax per head, in double; P_s = f32(exp(score_s - max) / Z) replaces the scores
     for (let h = 0; h < H; h++) {
       const b = h * n;
@@ -172,10 +171,10 @@ function attend(p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: n
       for (let s = 0; s < n; s++) Z += Math.exp(sc[b + s]! - max);
       for (let s = 0; s < n; s++) sc[b + s] = Math.exp(sc[b + s]! - max) / Z;
     }
-    if (!mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
+    if (!c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
     for (let h = 0; h < H; h++) {
       // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv)
-      matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat.subarray(h * Lk, (h + 1) * Lk), 1, oH);
+      c.matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat.subarray(h * Lk, (h + 1) * Lk), 1, oH);
       out.set(oH, t * H * dv + h * dv);
     }
   }

@@ -5,7 +5,7 @@
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
 import type { Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
-import { KernelGroup, activeKernels, useKernels } from '../kernels/dispatch.js';
+import { Compute, KernelGroup, REF_COMPUTE } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
@@ -21,12 +21,16 @@ export class Model {
 
   readonly config: ModelConfig;
 
-  constructor(readonly store: WeightStore) {
-    this.config = store.cfg;
-    this.block = makeBlock(store.cfg, store);
-  }
+  /** The kernels this model's products run on (REF_COMPUTE for the reference). */
+  private readonly compute: Compute;
+  /** The kernel group this model created (Model.load) and closes; never another model's. */
+  private owned: KernelGroup | null = null;
 
-  private kernels: KernelGroup | null = null;
+  constructor(readonly store: WeightStore, compute: Compute = REF_COMPUTE) {
+    this.config = store.cfg;
+    this.compute = compute;
+    this.block = makeBlock(store.cfg, store, compute);
+  }
 
   /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Model {
@@ -41,7 +45,8 @@ export class Model {
   /**
    * Open a checkpoint with the WebAssembly kernels on `threads` threads: weight memory is
    * allocated inside the kernels' memories so they multiply straight from it. Same numbers as
-   * `open` (docs/NUMERICS.md). One such model per process (the kernels are routed globally).
+   * `open` (docs/NUMERICS.md). The kernels are the model's own: several models, each with its
+   * own threads, can be loaded in one process.
    */
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
     const prepared = prepareStore(dir, { ...opts, stateSize });
@@ -51,9 +56,8 @@ export class Model {
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
     group.fastExperts = opts.fastExperts ?? false;
     try {
-      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, alloc: (n) => group.alloc(n) }));
-      model.kernels = group;
-      useKernels(group);
+      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, alloc: (n) => group.alloc(n) }), new Compute(group));
+      model.owned = group;
       return model;
     } catch (e) {
       await group.close();
@@ -63,7 +67,12 @@ export class Model {
 
   /** Threads the kernels run on (1 for the TypeScript reference). */
   get threads(): number {
-    return this.kernels?.threads ?? 1;
+    return this.compute.group?.threads ?? 1;
+  }
+
+  /** This model's kernel group (null for the TypeScript reference), e.g. to switch its fast experts or to benchmark its kernels. */
+  get kernels(): KernelGroup | null {
+    return this.compute.group;
   }
 
   private readonly spare: SequenceState[] = [];
@@ -75,7 +84,9 @@ export class Model {
       s.clear();
       return s;
     }
-    return new SequenceState(this.config, this.store.plan.ctx);
+    // in this model's kernel memory when it has kernels (plain arrays for the reference)
+    const c = this.compute;
+    return new SequenceState(this.config, this.store.plan.ctx, c.group ? (n) => c.allocF32(n) : null);
   }
 
   /** Give back a state the caller will not use again, so the next newState() reuses its memory. */
@@ -107,10 +118,10 @@ export class Model {
 
   async close(): Promise<void> {
     await this.store.close();
-    if (this.kernels) {
-      if (activeKernels() === this.kernels) useKernels(null);
-      await this.kernels.close();
-      this.kernels = null;
+    const group = this.owned;
+    if (group) {
+      this.owned = null;
+      await group.close();
     }
   }
 }

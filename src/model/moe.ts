@@ -4,6 +4,7 @@
 // so a token's numbers do not depend on the other tokens of the chunk.
 
 import type { Mat } from '../store/mat.js';
+import type { Compute } from '../kernels/dispatch.js';
 import { gatedAct, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
@@ -28,11 +29,11 @@ export interface MoeParams extends RouterConfig {
 export type ExpertFetch = (ids: number[], use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>;
 
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
-export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
+export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
   const D = w.gate.cols;
   // Router logits and (K3) the latent z = W_down x both read x: one batch. The routed experts act
   // on z (K3) or on x (plain MoE); the router always reads x.
-  const [logits, zl] = await linearMany(w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
+  const [logits, zl] = await linearMany(c, w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
   const routing = route(p, logits!, w.bias, T);
   const z = zl ?? x;
   const zw = w.latent ? w.latent.down.rows : D;
@@ -53,9 +54,9 @@ export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T
       return a;
     });
     const n = batch.map(({ expert }) => users.get(expert)!.length);
-    const gu = await linearMany(batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
-    const h = batch.map((_, k) => gatedAct(gu[2 * k]!, gu[2 * k + 1]!, p.act));
-    const ys = await linearMany(batch.map(({ w }, k) => ({ m: w.down, x: h[k]!, T: n[k]! })));
+    const gu = await linearMany(c, batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
+    const h = batch.map((_, k) => gatedAct(c, gu[2 * k]!, gu[2 * k + 1]!, p.act));
+    const ys = await linearMany(c, batch.map(({ w }, k) => ({ m: w.down, x: h[k]!, T: n[k]! })));
     batch.forEach(({ expert }, k) => {
       users.get(expert)!.forEach((t, i) => {
         const j = routing.ids[t]!.indexOf(expert);
@@ -76,12 +77,12 @@ export async function moeForward(p: MoeParams, w: MoeWeights, x: Float32Array, T
   let out: Float32Array;
   if (w.latent) {
     const normed = w.latent.norm ? rmsNorm(routed, T, zw, w.latent.norm, p.eps) : routed;
-    out = await linear(w.latent.up, normed, T);
+    out = await linear(c, w.latent.up, normed, T);
   } else {
     out = routed;
   }
   if (w.shared) {
-    const s = await gatedMlp(w.shared, x, T, p.act);
+    const s = await gatedMlp(c, w.shared, x, T, p.act);
     for (let i = 0; i < out.length; i++) out[i] = out[i]! + s[i]!;
   }
   return out;

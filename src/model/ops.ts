@@ -2,8 +2,7 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import { matmul, matmulBatch, gatedAct as gatedActKernel, type MatmulOp } from '../kernels/dispatch.js';
-import { gatedActRef } from '../kernels/wasm/act.js';
+import type { Compute, MatmulOp } from '../kernels/dispatch.js';
 import type { GatedMats, Mat } from '../store/mat.js';
 
 const fr = Math.fround;
@@ -31,16 +30,16 @@ export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, 
  * y = W x for T rows: [T, rows]. The matrix is visited in row blocks (which the store may stream);
  * each output element is the canonical dot, so the blocking never changes a bit.
  */
-export async function linear(w: Mat, x: Float32Array, T: number): Promise<Float32Array> {
+export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Promise<Float32Array> {
   const rows = w.rows;
   const y = new Float32Array(T * rows);
   await w.parts((v, r0) => {
     if (r0 === 0 && v.rows === rows) {
-      matmul(v, x, T, y);
+      c.matmul(v, x, T, y);
       return;
     }
     const part = new Float32Array(T * v.rows);
-    matmul(v, x, T, part);
+    c.matmul(v, x, T, part);
     for (let t = 0; t < T; t++) y.set(part.subarray(t * v.rows, (t + 1) * v.rows), t * rows + r0);
   });
   return y;
@@ -50,16 +49,16 @@ export async function linear(w: Mat, x: Float32Array, T: number): Promise<Float3
  * Several independent products y_i = W_i x_i at once (one kernel dispatch when the weights are
  * resident in kernel memory). Each y_i is exactly what linear() gives.
  */
-export async function linearMany(items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
+export async function linearMany(c: Compute, items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
   const ys: Float32Array[] = items.map(({ m, T }) => new Float32Array(T * m.rows));
   const views = await Promise.all(items.map(({ m }) => (m.resident ? m.whole((v) => v) : null)));
   const batch: MatmulOp[] = [];
   for (let i = 0; i < items.length; i++) {
     const v = views[i];
     if (v) batch.push({ w: v, x: items[i]!.x, T: items[i]!.T, y: ys[i]! });
-    else ys[i] = await linear(items[i]!.m, items[i]!.x, items[i]!.T);
+    else ys[i] = await linear(c, items[i]!.m, items[i]!.x, items[i]!.T);
   }
-  matmulBatch(batch);
+  c.matmulBatch(batch);
   return ys;
 }
 
@@ -80,12 +79,13 @@ export interface Activation {
   situLinearBeta: number | null;
 }
 
-export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation): Float32Array {
+export function gatedAct(c: Compute, gate: Float32Array, up: Float32Array, act: Activation): Float32Array {
   // SiTU(a, u) = [β·tanh(a/β)·σ(a)] · [βl·tanh(u/βl)]; σ takes the uncapped gate. exp, tanh and σ
-  // are the shared numerics of kernels/wasm/act.ts (the WebAssembly kernel gives the same bytes).
+  // are the shared numerics of the activation kernels (Compute.gatedAct: WebAssembly or its
+  // reference, the same bytes).
   const out = new Float32Array(gate.length);
   const bl = act.kind === 'situ' ? act.situLinearBeta : null;
-  if (!gatedActKernel(gate, up, out, act.kind, act.situBeta, bl)) gatedActRef(gate, up, out, act.kind, act.situBeta, bl);
+  c.gatedAct(gate, up, out, act.kind, act.situBeta, bl);
   return out;
 }
 
@@ -93,7 +93,7 @@ export function gatedAct(gate: Float32Array, up: Float32Array, act: Activation):
 export type MlpWeights = GatedMats;
 
 /** down · act(gate · x, up · x) for T rows. */
-export async function gatedMlp(w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {
-  const [g, u] = await linearMany([{ m: w.gate, x, T }, { m: w.up, x, T }]);
-  return linear(w.down, gatedAct(g!, u!, act), T);
+export async function gatedMlp(c: Compute, w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {
+  const [g, u] = await linearMany(c, [{ m: w.gate, x, T }, { m: w.up, x, T }]);
+  return linear(c, w.down, gatedAct(c, g!, u!, act), T);
 }

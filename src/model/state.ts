@@ -3,7 +3,6 @@
 // token ids so far. AttnRes keeps nothing across positions.
 
 import type { ModelConfig } from '../checkpoint/config.js';
-import { activeKernels } from '../kernels/dispatch.js';
 import type { StateSize } from '../store/plan.js';
 import { kdaStateFloats, newKdaState, type F32Alloc, type KdaState } from './kda.js';
 import { MlaCache, mlaFloatsPerPosition } from './mla.js';
@@ -15,16 +14,12 @@ export class SequenceState {
 
   /**
    * @param ctx positions the MLA caches are allocated for up front (they grow past it if needed).
-   * @param alloc where the state arrays live. Default (undefined): in the memory of the active
-   *   kernel group (src/kernels/dispatch.ts activeKernels(), set by Model.load), so the
-   *   WebAssembly KDA and MLA kernels work on them in place; plain arrays when no group is
-   *   active. null: plain arrays (the JavaScript reference). The numbers are the same either way.
+   * @param alloc where the state arrays live, e.g. a model's kernel memory (Model.newState passes
+   *   its Compute.allocF32), so the WebAssembly KDA and MLA kernels of that model work on them in
+   *   place. Default (undefined or null): plain arrays (the JavaScript reference). The numbers are
+   *   the same either way.
    */
-  constructor(readonly cfg: ModelConfig, ctx = 64, alloc?: F32Alloc | null) {
-    if (alloc === undefined) {
-      const g = activeKernels();
-      alloc = g ? (n) => g.allocF32(n) : null;
-    }
+  constructor(readonly cfg: ModelConfig, ctx = 64, alloc: F32Alloc | null = null) {
     const k = cfg.kda;
     this.kda = cfg.layers.map((L) => (L.attn === 'kda' ? newKdaState({ heads: k!.heads, headDim: k!.headDim, convSize: k!.convSize, gateLowerBound: k!.gateLowerBound, eps: cfg.rmsNormEps }, alloc) : null));
     this.mla = cfg.layers.map((L) => (L.attn === 'mla' ? new MlaCache(cfg.mla.kvLoraRank, cfg.mla.ropeDim, ctx, alloc) : null));

@@ -150,7 +150,26 @@ export interface Generated {
   consts: Uint8Array;
 }
 
-export function generate(opts: GenOptions): Generated {
+/**
+ * What every emitter shares while one module is generated: the module's functions (an emitter
+ * calls fnx in the order the functions are to be numbered, so the emitters run in a fixed order),
+ * the pool of vector constants and the options.
+ */
+interface Gen {
+  opts: GenOptions;
+  fns: Fn[];
+  pool: Uint8Array[];
+  /** A new function of the module, numbered in creation order. */
+  fnx: (name: string, params: Record<string, typeof I32>, result?: typeof I32 | typeof F32 | null, exported?: boolean) => Fn;
+  /** A local holding vector constant b (16 bytes), loaded from the pool in f's prologue. */
+  K: (f: Fn, b: Uint8Array) => number;
+  Kg: (f: Fn, b: Uint8Array) => Code;
+  swz: typeof i8x16.swizzle;
+  /** Tokens per tile of the tiled matmul (opts.tileTokens, default TILE_TOKENS). */
+  TT: number;
+}
+
+function newGen(opts: GenOptions): Gen {
   const pool: Uint8Array[] = [];
   /** A local holding vector constant b (16 bytes), loaded from the pool in f's prologue. */
   const K = (f: Fn, b: Uint8Array): number => {
@@ -175,10 +194,15 @@ export function generate(opts: GenOptions): Generated {
     fns.push(f);
     return f;
   };
-  const reg = (f: Fn): number => f.index;
+  const TT = Math.max(1, Math.min(16, opts.tileTokens ?? TILE_TOKENS));
+  return { opts, fns, pool, fnx, K, Kg, swz, TT };
+}
 
-  // ---- scalar helpers ----
-  const f16s = fnx('f16_to_f32', { h: I32 }, F32);
+const reg = (f: Fn): number => f.index;
+
+// ---- scalar helpers ----
+function addScalarHelpers(gen: Gen): Fn {
+  const f16s = gen.fnx('f16_to_f32', { h: I32 }, F32);
   {
     const f = f16s;
     const mag = f.local('mag', I32), sign = f.local('sign', I32);
@@ -193,101 +217,112 @@ export function generate(opts: GenOptions): Generated {
           get(sign)))),
     ];
   }
-  /** Scale number idx of a scale tensor at s in dtype sdt (0 F32, 1 BF16, 2 F16), as f32. */
-  const scaleAt = (sdt: number, S: Code, idx: Code): Code =>
-    sdt === 0 ? f32.load(addp(S, i32.shl(idx, i32.const(2))))
+  return f16s;
+}
+
+/** Scale number idx of a scale tensor at s in dtype sdt (0 F32, 1 BF16, 2 F16), as f32 (f16s: the f16 helper). */
+function scaleAt(f16s: Fn, sdt: number, S: Code, idx: Code): Code {
+  return sdt === 0 ? f32.load(addp(S, i32.shl(idx, i32.const(2))))
     : sdt === 1 ? bf16At(addp(S, i32.shl(idx, i32.const(1))))
     : call(reg(f16s), i32.load16_u(addp(S, i32.shl(idx, i32.const(1)))));
-  /** A decoder per scale dtype, and a dispatcher on sdt (once per row). */
-  const perSdt = (name: string, build: (f: Fn, sdt: number) => void): Fn => {
-    const v = [0, 1, 2].map((sdt) => {
-      const f = fnx(`${name}_${sdt}`, DEC_PARAMS, I32, false);
-      build(f, sdt);
-      return f;
-    });
-    const f = fnx(name, DEC_PARAMS, I32);
-    const args = Object.keys(DEC_PARAMS).map((n) => get(f.p(n)));
-    f.body = ifv(I32, i32.eqz(get(f.p('sdt'))), call(reg(v[0]!), ...args),
-      ifv(I32, i32.eq(get(f.p('sdt')), i32.const(1)), call(reg(v[1]!), ...args), call(reg(v[2]!), ...args)));
+}
+
+/** A decoder per scale dtype, and a dispatcher on sdt (once per row). */
+function perSdt(gen: Gen, name: string, build: (f: Fn, sdt: number) => void): Fn {
+  const v = [0, 1, 2].map((sdt) => {
+    const f = gen.fnx(`${name}_${sdt}`, DEC_PARAMS, I32, false);
+    build(f, sdt);
     return f;
-  };
-  // ---- decoders: row r -> exact f32 values at out (perm MM_PERM[fmt]), or bf16 for mxfp4 ----
-  const dec: Partial<Record<Fmt | 'mx2bf', Fn>> = {};
+  });
+  const f = gen.fnx(name, DEC_PARAMS, I32);
+  const args = Object.keys(DEC_PARAMS).map((n) => get(f.p(n)));
+  f.body = ifv(I32, i32.eqz(get(f.p('sdt'))), call(reg(v[0]!), ...args),
+    ifv(I32, i32.eq(get(f.p('sdt')), i32.const(1)), call(reg(v[1]!), ...args), call(reg(v[2]!), ...args)));
+  return f;
+}
 
-  /** Common frame for decoders: loop over 16-column blocks c = 0, 16, .. < n16, then the tail. */
-  const decFrame = (f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code => {
-    const c = f.local('c', I32), o = f.local('o', I32), n16 = f.local('n16', I32), cols = f.local('cols_', I32);
-    return [
-      set(n16, i32.and(get(f.p('cols')), i32.const(-16))),
-      set(cols, get(f.p('cols'))),
-      set(c, i32.const(0)),
-      set(o, get(f.p('out'))),
-      block(loop(br_if(1, i32.ge_u(get(c), get(n16))), ...blockBody(c, o),
-        set(c, i32.add(get(c), i32.const(16))), set(o, i32.add(get(o), i32.const(64))), br(0))),
-      // tail, natural order
-      block(loop(br_if(1, i32.ge_u(get(c), get(cols))),
-        f32.store(get(o), tail(c, o)),
-        set(c, i32.add(get(c), i32.const(1))), set(o, i32.add(get(o), i32.const(4))), br(0))),
-      get(f.p('out')),
-    ];
-  };
+// ---- decoders: row r -> exact f32 values at out (perm MM_PERM[fmt]), or bf16 for mxfp4 ----
+type Decoders = Partial<Record<Fmt | 'mx2bf', Fn>>;
 
-  // f16 (perm id): exact widening with integer ops; subnormals via an exact convert * 2^-24.
-  const f16vec = (f: Fn, h: Code, tmp: number): Code => {
-    // h: i32x4 of half bits. Result f32x4 bits.
-    const sp = (n: number): Code => Kg(f, splat32(n));
-    const mag = v128.and(get(tmp), sp(0x7fff));
-    const c38 = sp(0x38000000);
-    return [
-      set(tmp, h),
+/** Common frame for decoders: loop over 16-column blocks c = 0, 16, .. < n16, then the tail. */
+function decFrame(f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code {
+  const c = f.local('c', I32), o = f.local('o', I32), n16 = f.local('n16', I32), cols = f.local('cols_', I32);
+  return [
+    set(n16, i32.and(get(f.p('cols')), i32.const(-16))),
+    set(cols, get(f.p('cols'))),
+    set(c, i32.const(0)),
+    set(o, get(f.p('out'))),
+    block(loop(br_if(1, i32.ge_u(get(c), get(n16))), ...blockBody(c, o),
+      set(c, i32.add(get(c), i32.const(16))), set(o, i32.add(get(o), i32.const(64))), br(0))),
+    // tail, natural order
+    block(loop(br_if(1, i32.ge_u(get(c), get(cols))),
+      f32.store(get(o), tail(c, o)),
+      set(c, i32.add(get(c), i32.const(1))), set(o, i32.add(get(o), i32.const(4))), br(0))),
+    get(f.p('out')),
+  ];
+}
+
+// f16 (perm id): exact widening with integer ops; subnormals via an exact convert * 2^-24.
+function f16vec(gen: Gen, f: Fn, h: Code, tmp: number): Code {
+  const { Kg } = gen;
+  // h: i32x4 of half bits. Result f32x4 bits.
+  const sp = (n: number): Code => Kg(f, splat32(n));
+  const mag = v128.and(get(tmp), sp(0x7fff));
+  const c38 = sp(0x38000000);
+  return [
+    set(tmp, h),
+    v128.or(
+      v128.bitselect(
+        f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -24))),
+        i32x4.add(i32x4.add(i32x4.shl(mag, i32.const(13)), c38),
+          v128.and(i32x4.gt_s(mag, sp(0x7bff)), c38)),
+        i32x4.lt_s(mag, sp(0x400))),
+      i32x4.shl(v128.and(get(tmp), sp(0x8000)), i32.const(16))),
+  ];
+}
+
+function addDecF16(gen: Gen, f16s: Fn): Fn {
+  const f = gen.fnx('dec_f16', DEC_PARAMS, I32);
+  const rb = f.local('rb', I32), v = f.local('v', V128), t = f.local('t', V128);
+  f.body = [
+    set(rb, addp(get(f.p('w')), i32.mul(i32.mul(get(f.p('r')), get(f.p('cols'))), i32.const(2)))),
+    decFrame(f, (c, o) => {
+      const a = addp(get(rb), i32.shl(get(c), i32.const(1)));
+      const out: Code[] = [];
+      for (let k = 0; k < 2; k++) {
+        out.push(set(v, v128.load(a, 16 * k)));
+        out.push(v128.store(get(o), f16vec(gen, f, i32x4.extend_low_i16x8_u(get(v)), t), 32 * k));
+        out.push(v128.store(get(o), f16vec(gen, f, i32x4.extend_high_i16x8_u(get(v)), t), 32 * k + 16));
+      }
+      return out;
+    }, (c) => call(reg(f16s), i32.load16_u(addp(get(rb), i32.shl(get(c), i32.const(1)))))),
+  ];
+  return f;
+}
+
+// fp8 e4m3 (perm id): exact value from bits, then one f32 multiply by the 128x128 block scale.
+function fp8vec(gen: Gen, f: Fn, b: Code, tmp: number, sc: number): Code {
+  const { Kg } = gen;
+  const sp = (n: number): Code => Kg(f, splat32(n));
+  const mag = v128.and(get(tmp), sp(0x7f));
+  return [
+    set(tmp, b),
+    f32x4.mul(
       v128.or(
         v128.bitselect(
-          f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -24))),
-          i32x4.add(i32x4.add(i32x4.shl(mag, i32.const(13)), c38),
-            v128.and(i32x4.gt_s(mag, sp(0x7bff)), c38)),
-          i32x4.lt_s(mag, sp(0x400))),
-        i32x4.shl(v128.and(get(tmp), sp(0x8000)), i32.const(16))),
-    ];
-  };
-  {
-    const f = fnx('dec_f16', DEC_PARAMS, I32);
-    const rb = f.local('rb', I32), v = f.local('v', V128), t = f.local('t', V128);
-    f.body = [
-      set(rb, addp(get(f.p('w')), i32.mul(i32.mul(get(f.p('r')), get(f.p('cols'))), i32.const(2)))),
-      decFrame(f, (c, o) => {
-        const a = addp(get(rb), i32.shl(get(c), i32.const(1)));
-        const out: Code[] = [];
-        for (let k = 0; k < 2; k++) {
-          out.push(set(v, v128.load(a, 16 * k)));
-          out.push(v128.store(get(o), f16vec(f, i32x4.extend_low_i16x8_u(get(v)), t), 32 * k));
-          out.push(v128.store(get(o), f16vec(f, i32x4.extend_high_i16x8_u(get(v)), t), 32 * k + 16));
-        }
-        return out;
-      }, (c) => call(reg(f16s), i32.load16_u(addp(get(rb), i32.shl(get(c), i32.const(1)))))),
-    ];
-    dec.f16 = f;
-  }
-
-  // fp8 e4m3 (perm id): exact value from bits, then one f32 multiply by the 128x128 block scale.
-  const fp8vec = (f: Fn, b: Code, tmp: number, sc: number): Code => {
-    const sp = (n: number): Code => Kg(f, splat32(n));
-    const mag = v128.and(get(tmp), sp(0x7f));
-    return [
-      set(tmp, b),
-      f32x4.mul(
-        v128.or(
+          sp(0x7fc00000),
           v128.bitselect(
-            sp(0x7fc00000),
-            v128.bitselect(
-              f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -9))),
-              i32x4.add(i32x4.shl(mag, i32.const(20)), sp(0x3c000000)),
-              i32x4.lt_s(mag, sp(8))),
-            i32x4.eq(mag, sp(0x7f))),
-          i32x4.shl(v128.and(get(tmp), sp(0x80)), i32.const(24))),
-        get(sc)),
-    ];
-  };
-  dec.fp8 = perSdt('dec_fp8', (f, sdt) => {
+            f32x4.mul(f32x4.convert_i32x4_s(mag), Kg(f, splatF(2 ** -9))),
+            i32x4.add(i32x4.shl(mag, i32.const(20)), sp(0x3c000000)),
+            i32x4.lt_s(mag, sp(8))),
+          i32x4.eq(mag, sp(0x7f))),
+        i32x4.shl(v128.and(get(tmp), sp(0x80)), i32.const(24))),
+      get(sc)),
+  ];
+}
+
+function addDecFp8(gen: Gen, f16s: Fn): Fn {
+  return perSdt(gen, 'dec_fp8', (f, sdt) => {
     const rb = f.local('rb', I32), srow = f.local('srow', I32), v = f.local('v', V128), h = f.local('h', V128);
     const t = f.local('t', V128), sc = f.local('sc', V128);
     f.body = [
@@ -295,33 +330,35 @@ export function generate(opts: GenOptions): Generated {
       // srow = floor(r/128) * ceil(cols/128)
       set(srow, i32.mul(i32.shr_u(get(f.p('r')), i32.const(7)), i32.shr_u(i32.add(get(f.p('cols')), i32.const(127)), i32.const(7)))),
       decFrame(f, (c, o) => [
-        set(sc, f32x4.splat(scaleAt(sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
+        set(sc, f32x4.splat(scaleAt(f16s, sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
         set(v, v128.load(addp(get(rb), get(c)))),
         set(h, i16x8.extend_low_i8x16_u(get(v))),
-        v128.store(get(o), fp8vec(f, i32x4.extend_low_i16x8_u(get(h)), t, sc)),
-        v128.store(get(o), fp8vec(f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 16),
+        v128.store(get(o), fp8vec(gen, f, i32x4.extend_low_i16x8_u(get(h)), t, sc)),
+        v128.store(get(o), fp8vec(gen, f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 16),
         set(h, i16x8.extend_high_i8x16_u(get(v))),
-        v128.store(get(o), fp8vec(f, i32x4.extend_low_i16x8_u(get(h)), t, sc), 32),
-        v128.store(get(o), fp8vec(f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 48),
+        v128.store(get(o), fp8vec(gen, f, i32x4.extend_low_i16x8_u(get(h)), t, sc), 32),
+        v128.store(get(o), fp8vec(gen, f, i32x4.extend_high_i16x8_u(get(h)), t, sc), 48),
       ], (c) => f32.mul(
         f32.load(addp(i32.const(FP8_TAB), i32.shl(i32.load8_u(addp(get(rb), get(c))), i32.const(2)))),
-        scaleAt(sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
+        scaleAt(f16s, sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
     ];
   });
+}
 
-  // int4 (perm bf): 8 bytes = 16 nibbles widened to u16, low/high nibbles split, (n-8) * scale.
-  dec.int4 = perSdt('dec_int4', (f, sdt) => {
+// int4 (perm bf): 8 bytes = 16 nibbles widened to u16, low/high nibbles split, (n-8) * scale.
+function addDecInt4(gen: Gen, f16s: Fn): Fn {
+  return perSdt(gen, 'dec_int4', (f, sdt) => {
     const rb = f.local('rb', I32), sb = f.local('sb', I32), v = f.local('v', V128), lo = f.local('lo', V128), hi = f.local('hi', V128);
     const sc = f.local('sc', V128);
     const cols = get(f.p('cols'));
-    const eight = Kg(f, splat32(8)), nib16 = Kg(f, splat32(0x000f000f));
+    const eight = gen.Kg(f, splat32(8)), nib16 = gen.Kg(f, splat32(0x000f000f));
     const val = (n: Code): Code => f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(n, eight)), get(sc));
     f.body = [
       // row stride ceil(cols/8)*4 bytes; scale row r*ceil(cols/32)
       set(rb, addp(get(f.p('w')), i32.mul(get(f.p('r')), i32.shl(i32.shr_u(i32.add(cols, i32.const(7)), i32.const(3)), i32.const(2))))),
       set(sb, i32.mul(get(f.p('r')), i32.shr_u(i32.add(cols, i32.const(31)), i32.const(5)))),
       decFrame(f, (c, o) => [
-        set(sc, f32x4.splat(scaleAt(sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))))),
+        set(sc, f32x4.splat(scaleAt(f16s, sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))))),
         set(v, v128.load8x8_u(addp(get(rb), i32.shr_u(get(c), i32.const(1))))),
         set(lo, v128.and(get(v), nib16)),
         set(hi, i16x8.shr_u(get(v), i32.const(4))),
@@ -333,129 +370,143 @@ export function generate(opts: GenOptions): Generated {
         const byte = i32.load8_u(addp(get(rb), i32.shr_u(get(c), i32.const(1))));
         const nib = i32.and(i32.shr_u(byte, i32.shl(i32.and(get(c), i32.const(1)), i32.const(2))), i32.const(15));
         return f32.mul(f32.convert_i32_s(i32.sub(nib, i32.const(8))),
-          scaleAt(sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))));
+          scaleAt(f16s, sdt, get(f.p('s')), addp(get(sb), i32.shr_u(get(c), i32.const(5)))));
       }),
     ];
   });
+}
 
-  const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
-  const ilHi = ilLo.map((x) => x + 8);
-  // mxfp4 -> bf16 row in natural column order. One 16-byte load = one 32-column group with one
-  // scale; the per-scale table (MX_PLANES) holds the 16 exact values E2M1*2^(s-127) as bf16, low-byte
-  // plane then high-byte plane, so two byte lookups + a byte interleave give 8 bf16 values.
-  {
-    const f = fnx('dec_mx2bf', DEC_PARAMS, I32);
-    const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
-    const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
-    const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
-    const nib = Kg(f, NIB_BYTES);
-    const half = i32.shr_u(get(f.p('cols')), i32.const(1));
-    const bfPairs = (idx: number, off: number): Code[] => [
-      v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilLo), off),
-      v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilHi), off + 16),
-    ];
-    f.body = [
-      set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
-      set(pend, addp(get(p), half)),
-      set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
-      set(o, get(f.p('out'))),
-      block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
-        set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
-        set(L, v128.load(get(pl))),
-        set(H, v128.load(get(pl), 16)),
-        set(B, v128.load(get(p))),
-        set(lo, v128.and(get(B), nib)),
-        set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
-        // nibble indices in column order: cols 0..15, then 16..31
-        set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
-        set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
-        ...bfPairs(i0, 0),
-        ...bfPairs(i1, 32),
-        set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
-        set(o, i32.add(get(o), i32.const(64))), br(0))),
-      get(f.p('out')),
-    ];
-    dec.mx2bf = f;
-  }
+const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
+const ilHi = ilLo.map((x) => x + 8);
+// mxfp4 -> bf16 row in natural column order. One 16-byte load = one 32-column group with one
+// scale; the per-scale table (MX_PLANES) holds the 16 exact values E2M1*2^(s-127) as bf16, low-byte
+// plane then high-byte plane, so two byte lookups + a byte interleave give 8 bf16 values.
+function addDecMx2bf(gen: Gen): Fn {
+  const { Kg, swz } = gen;
+  const f = gen.fnx('dec_mx2bf', DEC_PARAMS, I32);
+  const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
+  const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
+  const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
+  const nib = Kg(f, NIB_BYTES);
+  const half = i32.shr_u(get(f.p('cols')), i32.const(1));
+  const bfPairs = (idx: number, off: number): Code[] => [
+    v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilLo), off),
+    v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilHi), off + 16),
+  ];
+  f.body = [
+    set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
+    set(pend, addp(get(p), half)),
+    set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
+    set(o, get(f.p('out'))),
+    block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
+      set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
+      set(L, v128.load(get(pl))),
+      set(H, v128.load(get(pl), 16)),
+      set(B, v128.load(get(p))),
+      set(lo, v128.and(get(B), nib)),
+      set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+      // nibble indices in column order: cols 0..15, then 16..31
+      set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
+      set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
+      ...bfPairs(i0, 0),
+      ...bfPairs(i1, 32),
+      set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
+      set(o, i32.add(get(o), i32.const(64))), br(0))),
+    get(f.p('out')),
+  ];
+  return f;
+}
 
-  // ---- row tiles: one row with TB tokens at a time, 4 accumulators per token. The single-token
-  // path uses TB = 1: with TB >= 2 (and with several rows per pass) V8 hoists the loads and spills
-  // accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row ----
+function addDecoders(gen: Gen, f16s: Fn): Decoders {
+  const dec: Decoders = {};
+  dec.f16 = addDecF16(gen, f16s);
+  dec.fp8 = addDecFp8(gen, f16s);
+  dec.int4 = addDecInt4(gen, f16s);
+  dec.mx2bf = addDecMx2bf(gen);
+  return dec;
+}
 
-  /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
-  interface RowSource {
-    stepCols: 16 | 32;
-    /** Set per-row pointers for row (rBase + i). */
-    init(f: Fn, i: number, row: Code): Code[];
-    /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator). */
-    step(f: Fn, i: number, emit: (k: number, w: Code) => Code): Code[];
-    advance(f: Fn, i: number): Code[];
-    /** Scalar weight of row i at (natural) column c, for the tail. */
-    tail(f: Fn, i: number, c: Code): Code;
-  }
+// ---- row tiles: one row with TB tokens at a time, 4 accumulators per token. The single-token
+// path uses TB = 1: with TB >= 2 (and with several rows per pass) V8 hoists the loads and spills
+// accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row ----
 
-  /**
-   * Dot one row (at rBase) with TB activation rows (token j at xq + j*xStride, perm layout) and
-   * store y[yAddr(j)]. The row's weights of a step are loaded (and widened) once into locals and
-   * used for all TB tokens; each token keeps its own 4 accumulators, so every output element still
-   * sees exactly the canonical per-lane mul-then-add sequence. Uses locals prefixed by tag.
-   */
-  const tileBody = (f: Fn, perm: Perm, TB: number, src: RowSource, rBase: Code, xq: Code, xStride: Code, yAddr: (j: number) => Code, tag: string): Code[] => {
-    const A = Array.from({ length: TB }, (_, j) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${j}_${k}`, V128)));
-    const Q = Array.from({ length: TB }, (_, j) => f.local(`${tag}q${j}`, I32));
-    const W = Array.from({ length: src.stepCols / 4 }, (_, k) => f.local(`${tag}w${k}`, V128));
-    const qend = f.local(`${tag}qend`, I32);
-    const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
-    const out: Code[] = [set(Q[0]!, xq)];
-    for (let j = 1; j < TB; j++) out.push(set(Q[j]!, i32.add(get(Q[j - 1]!), xStride)));
-    out.push(...src.init(f, 0, rBase));
-    out.push(...A.flat().map((a) => set(a, ZERO)));
-    const macs = (k: number, w: Code): Code[] => TB === 1
-      ? [mac(A[0]![k & 3]!, w, v128.load(get(Q[0]!), 16 * k))]
-      : [set(W[k]!, w), ...Q.map((q, j) => mac(A[j]![k & 3]!, get(W[k]!), v128.load(get(q), 16 * k)))];
+/** How a kernel gets the weights of one row: per step of `stepCols` columns. */
+interface RowSource {
+  stepCols: 16 | 32;
+  /** Set per-row pointers for row (rBase + i). */
+  init(f: Fn, i: number, row: Code): Code[];
+  /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator). */
+  step(f: Fn, i: number, emit: (k: number, w: Code) => Code): Code[];
+  advance(f: Fn, i: number): Code[];
+  /** Scalar weight of row i at (natural) column c, for the tail. */
+  tail(f: Fn, i: number, c: Code): Code;
+}
+
+/**
+ * Dot one row (at rBase) with TB activation rows (token j at xq + j*xStride, perm layout) and
+ * store y[yAddr(j)]. The row's weights of a step are loaded (and widened) once into locals and
+ * used for all TB tokens; each token keeps its own 4 accumulators, so every output element still
+ * sees exactly the canonical per-lane mul-then-add sequence. Uses locals prefixed by tag.
+ */
+function tileBody(f: Fn, perm: Perm, TB: number, src: RowSource, rBase: Code, xq: Code, xStride: Code, yAddr: (j: number) => Code, tag: string): Code[] {
+  const A = Array.from({ length: TB }, (_, j) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${j}_${k}`, V128)));
+  const Q = Array.from({ length: TB }, (_, j) => f.local(`${tag}q${j}`, I32));
+  const W = Array.from({ length: src.stepCols / 4 }, (_, k) => f.local(`${tag}w${k}`, V128));
+  const qend = f.local(`${tag}qend`, I32);
+  const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
+  const out: Code[] = [set(Q[0]!, xq)];
+  for (let j = 1; j < TB; j++) out.push(set(Q[j]!, i32.add(get(Q[j - 1]!), xStride)));
+  out.push(...src.init(f, 0, rBase));
+  out.push(...A.flat().map((a) => set(a, ZERO)));
+  const macs = (k: number, w: Code): Code[] => TB === 1
+    ? [mac(A[0]![k & 3]!, w, v128.load(get(Q[0]!), 16 * k))]
+    : [set(W[k]!, w), ...Q.map((q, j) => mac(A[j]![k & 3]!, get(W[k]!), v128.load(get(q), 16 * k)))];
+  out.push(
+    set(qend, addp(get(Q[0]!), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
+    block(loop(br_if(1, i32.ge_u(get(Q[0]!), get(qend))),
+      ...src.step(f, 0, (k, w) => macs(k, w)),
+      ...src.advance(f, 0),
+      ...Q.map((q) => set(q, i32.add(get(q), i32.const(src.stepCols * 4)))), br(0))),
+  );
+  for (let j = 0; j < TB; j++) {
+    // after the loop Q[j] points at token j's tail
     out.push(
-      set(qend, addp(get(Q[0]!), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
-      block(loop(br_if(1, i32.ge_u(get(Q[0]!), get(qend))),
-        ...src.step(f, 0, (k, w) => macs(k, w)),
-        ...src.advance(f, 0),
-        ...Q.map((q) => set(q, i32.add(get(q), i32.const(src.stepCols * 4)))), br(0))),
+      set(acc, finalize(f, perm, A[j]!, `${tag}${j}`)),
+      set(c, i32.and(cols, i32.const(-16))),
+      block(loop(br_if(1, i32.ge_u(get(c), cols)),
+        set(acc, f32.add(get(acc), f32.mul(src.tail(f, 0, get(c)),
+          f32.load(addp(get(Q[j]!), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
+        set(c, i32.add(get(c), i32.const(1))), br(0))),
+      f32.store(yAddr(j), get(acc)),
     );
-    for (let j = 0; j < TB; j++) {
-      // after the loop Q[j] points at token j's tail
-      out.push(
-        set(acc, finalize(f, perm, A[j]!, `${tag}${j}`)),
-        set(c, i32.and(cols, i32.const(-16))),
-        block(loop(br_if(1, i32.ge_u(get(c), cols)),
-          set(acc, f32.add(get(acc), f32.mul(src.tail(f, 0, get(c)),
-            f32.load(addp(get(Q[j]!), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
-          set(c, i32.add(get(c), i32.const(1))), br(0))),
-        f32.store(yAddr(j), get(acc)),
-      );
-    }
-    return out;
-  };
+  }
+  return out;
+}
 
-  /** for (r = r0; r < r1; r++) body(r). */
-  const rowLoop = (f: Fn, body: (r: number) => Code[]): Code => {
-    const r = f.local('r', I32);
-    return [set(r, get(f.p('r0'))), forLt(r, f.p('r1'), 1, ...body(r))];
-  };
+/** for (r = r0; r < r1; r++) body(r). */
+function rowLoop(f: Fn, body: (r: number) => Code[]): Code {
+  const r = f.local('r', I32);
+  return [set(r, get(f.p('r0'))), forLt(r, f.p('r1'), 1, ...body(r))];
+}
 
-  // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
-  // in natural column order, widened in registers (perm bf). Row i at (base + i*stride).
-  const srcF32 = (base: number, stride: number): RowSource => ({
+// Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
+// in natural column order, widened in registers (perm bf). Row i at (base + i*stride).
+function srcF32(base: number, stride: number): RowSource {
+  return {
     stepCols: 16,
     init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
     step: (f, i, emit) => [0, 1, 2, 3].map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(64)))],
     // after the loop p points at the tail
     tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
-  });
-  const srcBF16 = (base: number, stride: number): RowSource => ({
+  };
+}
+function srcBF16(gen: Gen, base: number, stride: number): RowSource {
+  return {
     stepCols: 16,
     init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
     step: (f, i, emit) => {
-      const v = f.local('v', V128), u = f.local('u', V128), hi16 = K(f, HI16_BYTES);
+      const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
       return [
         set(v, v128.load(get(f.local(`p${i}`, I32)))),
         set(u, v128.load(get(f.local(`p${i}`, I32)), 16)),
@@ -467,20 +518,22 @@ export function generate(opts: GenOptions): Generated {
     },
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
     tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
-  });
+  };
+}
 
+// ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
+// decoded once (if its format needs it) and then dotted with each token in turn ----
+function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>> {
   const mm1: Partial<Record<Fmt, Fn>> = {};
-  // ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
-  // decoded once (if its format needs it) and then dotted with each token in turn ----
   for (const fmt of FMTS) {
-    const f = fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+    const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));
     const perm = MM_PERM[fmt];
     const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
     f.prologue.push(set(colsb, i32.shl(P('cols'), i32.const(2))));
     const kind = ROWS[fmt];
-    const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(base, stride) : srcF32(base, stride);
+    const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
     const decFn = kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!;
     const tiles: Code[] = [
       set(t, i32.const(0)),
@@ -501,23 +554,26 @@ export function generate(opts: GenOptions): Generated {
       ...tiles,
     ]);
   }
+  return mm1;
+}
 
-  // ---- tiled multi-token matmul (T >= 2). The activations come as tiles of TT tokens (the last
-  // tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding
-  // columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
-  // token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
-  // Rows are first made exact f32 values in scratch (decoded, or bf16 widened: widening in the
-  // inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
-  // group keeps that group of the 2 rows x tt tokens in registers (8 chains for tt = 4, which hide
-  // the add latency; V8 hoists the loads, so more tokens spill): per step, each row's weight
-  // vector is loaded once and used for tt tokens, each activation vector once for both rows, and
-  // the activations stream contiguously. Each lane is an independent chain, so splitting the 16
-  // lanes into passes changes nothing: every output element sees the canonical per-lane
-  // mul-then-add sequence, then the fixed combine and the sequential tail ----
-  const TT = Math.max(1, Math.min(16, opts.tileTokens ?? TILE_TOKENS));
-  const TR = opts.tileRows ?? TILE_ROWS;
+// ---- tiled multi-token matmul (T >= 2). The activations come as tiles of TT tokens (the last
+// tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding
+// columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
+// token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
+// Rows are first made exact f32 values in scratch (decoded, or bf16 widened: widening in the
+// inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
+// group keeps that group of the 2 rows x tt tokens in registers (8 chains for tt = 4, which hide
+// the add latency; V8 hoists the loads, so more tokens spill): per step, each row's weight
+// vector is loaded once and used for tt tokens, each activation vector once for both rows, and
+// the activations stream contiguously. Each lane is an independent chain, so splitting the 16
+// lanes into passes changes nothing: every output element sees the canonical per-lane
+// mul-then-add sequence, then the fixed combine and the sequential tail ----
+function addTiledMatmul(gen: Gen, dec: Decoders): void {
+  const TT = gen.TT;
+  const TR = gen.opts.tileRows ?? TILE_ROWS;
   for (const fmt of FMTS) {
-    const f = fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
+    const f = gen.fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
     const P = (n: string) => get(f.p(n));
     const kind = ROWS[fmt];
     const decFn = kind === 'dec_bf16' ? dec.mx2bf! : kind === 'dec_f32' ? dec[fmt]! : null;
@@ -632,7 +688,12 @@ export function generate(opts: GenOptions): Generated {
     }
     f.body = body;
   }
+}
+
+/** The exported matmul entry points mm_<fmt>: single-token or tiled by T, and the q8 fast path for mxfp4. */
+function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>): void {
   // optional fast path (q8.ts): mm_mxfp4 with sdt = Q8_SDT runs it instead
+  const { fnx, K, opts, fns } = gen;
   const mmq8 = addQ8(fnx, K, opts.relaxed);
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
@@ -641,49 +702,52 @@ export function generate(opts: GenOptions): Generated {
     const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
     f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact]) : exact;
   }
+}
 
-  // ---- tile activations for mmt_*: natural [T, cols] -> tiles of TT tokens (layout above) ----
-  {
-    const f = fnx('tilex', { src: I32, dst: I32, T: I32, cols: I32, perm: I32 });
-    const P = (n: string) => get(f.p(n));
-    const t = f.local('t', I32), tt = f.local('tt', I32), d = f.local('d', I32), b = f.local('b', I32);
-    const j = f.local('j', I32), sp = f.local('sp', I32), n16 = f.local('n16', I32), c = f.local('c', I32);
-    const row = (jj: Code): Code => addp(P('src'), i32.shl(i32.mul(i32.add(get(t), jj), P('cols')), i32.const(2)));
-    /** Region k of the tile: per block b, the lane group's 4 columns of tokens 0..tt-1. */
-    const region = (perm: Perm, k: number): Code => {
-      const PM = PERMS[perm];
-      return [
-        set(b, i32.const(0)),
-        forLt(b, n16, 16,
-          set(j, i32.const(0)),
-          forLt(j, tt, 1,
-            set(sp, addp(row(get(j)), i32.shl(get(b), i32.const(2)))),
-            ...[0, 1, 2, 3].map((l) => f32.store(get(d), f32.load(get(sp), 4 * PM[4 * k + l]!), 4 * l)),
-            set(d, i32.add(get(d), i32.const(16))))),
-      ];
-    };
-    f.body = [
-      set(n16, i32.and(P('cols'), i32.const(-16))),
-      set(t, i32.const(0)), set(d, P('dst')),
-      block(loop(br_if(1, i32.ge_u(get(t), P('T'))),
-        set(tt, i32.sub(P('T'), get(t))),
-        if_(i32.gt_u(get(tt), i32.const(TT)), [set(tt, i32.const(TT))]),
-        if_(i32.eqz(P('perm')), [0, 1, 2, 3].map((k) => region('id', k)), [0, 1, 2, 3].map((k) => region('bf', k))),
+// ---- tile activations for mmt_*: natural [T, cols] -> tiles of TT tokens (layout above) ----
+function addTileX(gen: Gen): void {
+  const TT = gen.TT;
+  const f = gen.fnx('tilex', { src: I32, dst: I32, T: I32, cols: I32, perm: I32 });
+  const P = (n: string) => get(f.p(n));
+  const t = f.local('t', I32), tt = f.local('tt', I32), d = f.local('d', I32), b = f.local('b', I32);
+  const j = f.local('j', I32), sp = f.local('sp', I32), n16 = f.local('n16', I32), c = f.local('c', I32);
+  const row = (jj: Code): Code => addp(P('src'), i32.shl(i32.mul(i32.add(get(t), jj), P('cols')), i32.const(2)));
+  /** Region k of the tile: per block b, the lane group's 4 columns of tokens 0..tt-1. */
+  const region = (perm: Perm, k: number): Code => {
+    const PM = PERMS[perm];
+    return [
+      set(b, i32.const(0)),
+      forLt(b, n16, 16,
         set(j, i32.const(0)),
         forLt(j, tt, 1,
-          set(c, get(n16)),
-          forLt(c, f.p('cols'), 1,
-            f32.store(get(d), f32.load(addp(row(get(j)), i32.shl(get(c), i32.const(2))))),
-            set(d, i32.add(get(d), i32.const(4))))),
-        set(t, i32.add(get(t), get(tt))), br(0))),
+          set(sp, addp(row(get(j)), i32.shl(get(b), i32.const(2)))),
+          ...[0, 1, 2, 3].map((l) => f32.store(get(d), f32.load(get(sp), 4 * PM[4 * k + l]!), 4 * l)),
+          set(d, i32.add(get(d), i32.const(16))))),
     ];
-  }
+  };
+  f.body = [
+    set(n16, i32.and(P('cols'), i32.const(-16))),
+    set(t, i32.const(0)), set(d, P('dst')),
+    block(loop(br_if(1, i32.ge_u(get(t), P('T'))),
+      set(tt, i32.sub(P('T'), get(t))),
+      if_(i32.gt_u(get(tt), i32.const(TT)), [set(tt, i32.const(TT))]),
+      if_(i32.eqz(P('perm')), [0, 1, 2, 3].map((k) => region('id', k)), [0, 1, 2, 3].map((k) => region('bf', k))),
+      set(j, i32.const(0)),
+      forLt(j, tt, 1,
+        set(c, get(n16)),
+        forLt(c, f.p('cols'), 1,
+          f32.store(get(d), f32.load(addp(row(get(j)), i32.shl(get(c), i32.const(2))))),
+          set(d, i32.add(get(d), i32.const(4))))),
+      set(t, i32.add(get(t), get(tt))), br(0))),
+  ];
+}
 
-  // ---- activation permutation (natural -> perm) and its inverse, per token ----
+// ---- activation permutation (natural -> perm) and its inverse, per token ----
+function addPermutes(gen: Gen): void {
   for (const perm of ['bf'] as Perm[]) {
     const P = PERMS[perm];
     for (const inverse of [false, true]) {
-      const f = fnx(inverse ? `unperm_${perm}` : `permx_${perm}`, { src: I32, dst: I32, T: I32, cols: I32 });
+      const f = gen.fnx(inverse ? `unperm_${perm}` : `permx_${perm}`, { src: I32, dst: I32, T: I32, cols: I32 });
       const t = f.local('t', I32), s = f.local('s', I32), d = f.local('d', I32), send = f.local('send', I32);
       const tend = f.local('tend', I32);
       const moves: Code[] = [];
@@ -704,18 +768,20 @@ export function generate(opts: GenOptions): Generated {
       ];
     }
   }
+}
 
-  // ---- transposed product: y[c] = sum_k x[k] * W[r0+k, c], k ascending, each step
-  // y = f32(y + f32(x*w)); columns are independent, so any lane order works; y natural ----
+// ---- transposed product: y[c] = sum_k x[k] * W[r0+k, c], k ascending, each step
+// y = f32(y + f32(x*w)); columns are independent, so any lane order works; y natural ----
+function addMatvecT(gen: Gen, dec: Decoders): void {
   for (const fmt of FMTS) {
-    const f = fnx(`mvT_${fmt}`, { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, r0: I32, n: I32, x: I32, y: I32, scratch: I32 });
+    const f = gen.fnx(`mvT_${fmt}`, { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, r0: I32, n: I32, x: I32, y: I32, scratch: I32 });
     const P = (n: string) => get(f.p(n));
     const perm = MM_PERM[fmt], kind = ROWS[fmt];
     const bf = kind === 'bf16' || kind === 'dec_bf16';
     const yp = f.local('yp', I32), k = f.local('k', I32), rp = f.local('rp', I32), o = f.local('o', I32), p = f.local('p', I32);
     const n16b = f.local('n16b', I32), colsb = f.local('colsb', I32), xv = f.local('xv', V128), xs = f.local('xs', F32);
     const row = i32.add(P('r0'), get(k));
-    const v = f.local('v', V128), u = f.local('u', V128), hi16 = K(f, HI16_BYTES);
+    const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
     const axpy = (j: number, w: Code): Code =>
       v128.store(get(o), f32x4.add(v128.load(get(o), 16 * j), f32x4.mul(get(xv), w)), 16 * j);
     f.body = [
@@ -751,9 +817,23 @@ export function generate(opts: GenOptions): Generated {
         block(loop(br_if(1, i32.ge_u(get(o), addp(get(yp), get(colsb)))),
           f32.store(get(o), f32.add(f32.load(get(o)), f32.mul(get(xs), bf ? bf16At(get(p)) : f32.load(get(p))))),
           set(o, i32.add(get(o), i32.const(4))), set(p, i32.add(get(p), i32.const(bf ? 2 : 4))), br(0)))),
-      perm === 'id' ? [] : call(reg(fns.find((g) => g.name === `unperm_${perm}`)!), get(yp), P('y'), i32.const(1), P('cols')),
+      perm === 'id' ? [] : call(reg(gen.fns.find((g) => g.name === `unperm_${perm}`)!), get(yp), P('y'), i32.const(1), P('cols')),
     ];
   }
+}
+
+export function generate(opts: GenOptions): Generated {
+  const gen = newGen(opts);
+  const { fnx, K, fns, pool } = gen;
+  // The emitters in the order their functions are numbered (the module's bytes depend on it).
+  const f16s = addScalarHelpers(gen);
+  const dec = addDecoders(gen, f16s);
+  const mm1 = addSingleTokenMatmul(gen, dec);
+  addTiledMatmul(gen, dec);
+  addMatmulEntries(gen, mm1);
+  addTileX(gen);
+  addPermutes(gen);
+  addMatvecT(gen, dec);
 
   // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
   addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
