@@ -75,6 +75,16 @@ export function worstExcess(a: ArrayLike<number>, b: ArrayLike<number>, abs: num
   return { excess, maxAbs, at };
 }
 
+/**
+ * The path of a fixture that must exist: a missing one fails the test with a message naming the
+ * path (never a silent fallback to other data).
+ */
+export function fixture(...parts: string[]): string {
+  const p = path.join(...parts);
+  if (!fs.existsSync(p)) throw new Error(`missing test fixture ${p}`);
+  return p;
+}
+
 /** The tokenizer goldens (copied from shared/golden/tokenizer). */
 export const TOKENIZER = path.join(FIXTURES, 'tokenizer');
 
