@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { CLI, GOLDEN } from './helpers.js';
+import { CLI, GOLDEN, GOLDEN_TOL } from './helpers.js';
 
 function copyCase(name: string): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `k3-err-${name}-`));
@@ -98,7 +98,7 @@ test('usage mistakes: unknown command, unknown flag, missing model, bad ids', ()
   assertUserError(k3('logits', path.join(GOLDEN, 'k3'), '--ids', '1,x', '--out', '/tmp/none.npy'), 2, 'x');
 });
 
-test('k3 logits writes a float32 .npy [T, vocab] equal to the golden logits within 1e-3', async () => {
+test(`k3 logits writes a float32 .npy [T, vocab] equal to the golden logits within ${GOLDEN_TOL}`, async () => {
   const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'k3-logits-')), 'l.npy');
   const tokens = JSON.parse(fs.readFileSync(path.join(GOLDEN, 'k3', 'tokens.json'), 'utf8')).short as number[];
   const r = k3('logits', path.join(GOLDEN, 'k3'), '--ids', tokens.join(','), '--out', out);
@@ -109,7 +109,7 @@ test('k3 logits writes a float32 .npy [T, vocab] equal to the golden logits with
   assert.deepEqual(got.shape, gold.shape);
   let m = 0;
   for (let i = 0; i < got.data.length; i++) m = Math.max(m, Math.abs(got.data[i]! - gold.data[i]!));
-  assert.ok(m < 1e-3, `max diff ${m}`);
+  assert.ok(m < GOLDEN_TOL, `max diff ${m} >= ${GOLDEN_TOL}`);
 });
 
 test('k3 run --json reports ids and timings; k3 info --json reports the layer map', () => {

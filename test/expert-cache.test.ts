@@ -11,6 +11,7 @@ import {
   CyclePolicy,
   ExpertCache,
   LfuPolicy,
+  K3_EXPERT_BYTES,
   LruPolicy,
   SlruPolicy,
   groupSteps,
@@ -25,6 +26,55 @@ const steps = groupSteps(loadTrace());
 const decode = decodeView(steps)!;
 const presetSlots = Object.values(PRESET_EXPERT_BYTES).map((b) => slotsForBytes(b));
 
+// One K3 routed expert, from the model's dims (shared/spec/K3.md §2: moe_intermediate_size 3072,
+// routed_expert_hidden_size 3584), not from the code: gate, up and down are each 3072 x 3584
+// MXFP4, i.e. half a byte per weight plus one E8M0 scale byte per 32 weights.
+const EXPERT_WEIGHTS = 3072 * 3584;
+const EXPERT_BYTES = 3 * (EXPERT_WEIGHTS / 2 + EXPERT_WEIGHTS / 32);
+const GiB = 2 ** 30;
+/** Slots of the presets' expert memory (laptop 4, desktop 16, workstation 64, server 256 GiB). */
+const PRESET_SLOTS = [4, 16, 64, 256].map((g) => Math.floor((g * GiB) / EXPERT_BYTES));
+
+/**
+ * Plain LRU over the same trace, written independently of src/store/expert-cache.ts: a step's
+ * distinct experts are hits if resident, else misses; each use stamps the step number; to make room
+ * for the misses (at most `slots` of them are kept) evict the residents not in this step with the
+ * oldest stamp, ties (same step) in the order they entered the cache.
+ */
+function plainLru(trace: readonly TraceStep[], slots: number): { hits: number; misses: number; evictions: number } {
+  const resident: string[] = []; // in the order they entered
+  const stamp = new Map<string, number>();
+  let hits = 0, misses = 0, evictions = 0;
+  trace.forEach((st, now) => {
+    const keys = [...new Set(st.experts.map((e) => `${st.layer}:${e}`))];
+    const missing = keys.filter((k) => !stamp.has(k));
+    hits += keys.length - missing.length;
+    misses += missing.length;
+    for (const k of keys) if (stamp.has(k)) stamp.set(k, now);
+    const need = Math.min(missing.length, slots) - (slots - resident.length);
+    if (need > 0) {
+      const inStep = new Set(keys);
+      const victims = new Set(
+        resident
+          .filter((k) => !inStep.has(k))
+          .map((k, i) => ({ k, i, t: stamp.get(k)! }))
+          .sort((a, b) => a.t - b.t || a.i - b.i)
+          .slice(0, need)
+          .map((v) => v.k),
+      );
+      evictions += victims.size;
+      for (const k of victims) stamp.delete(k);
+      resident.splice(0, resident.length, ...resident.filter((k) => !victims.has(k)));
+    }
+    for (const k of missing) {
+      if (resident.length >= slots) break;
+      resident.push(k);
+      stamp.set(k, now);
+    }
+  });
+  return { hits, misses, evictions };
+}
+
 test('trace: 100,096 requests in 736 layer steps of 16 per token, layers 1..92 in order', () => {
   assert.equal(steps.reduce((a, s) => a + s.experts.length, 0), 100_096);
   assert.equal(steps.length, 736);
@@ -35,7 +85,23 @@ test('trace: 100,096 requests in 736 layer steps of 16 per token, layers 1..92 i
   });
   assert.ok(decode, 'recorded with full recompute: each step repeats the previous prefix');
   assert.equal(decode.reduce((a, s) => a + s.experts.length, 0), 12 * 16 * 92);
-  assert.deepEqual(presetSlots, [244, 979, 3916, 15665]);
+});
+
+test('expert bytes and preset slot counts follow from the K3 dims', () => {
+  assert.equal(EXPERT_BYTES, K3_EXPERT_BYTES);
+  assert.deepEqual(presetSlots, PRESET_SLOTS);
+  for (const b of [0, EXPERT_BYTES - 1, EXPERT_BYTES, 5 * EXPERT_BYTES + 7]) assert.equal(slotsForBytes(b), Math.floor(b / EXPERT_BYTES));
+});
+
+test('LRU on the trace: hits, misses and evictions equal an independent plain LRU, exactly', () => {
+  for (const [view, s] of [['recompute', steps], ['decode', decode]] as const) {
+    for (const slots of [0, 16, PRESET_SLOTS[0]!, PRESET_SLOTS[1]!, 2000]) {
+      const got = replay(s, slots, new LruPolicy());
+      const want = plainLru(s, slots);
+      assert.deepEqual({ hits: got.hits, misses: got.misses, evictions: got.evictions }, want, `${view} @${slots}`);
+      assert.equal(got.hits + got.misses, s.reduce((a, x) => a + new Set(x.experts).size, 0), 'every distinct request of a step counted once');
+    }
+  }
 });
 
 test('LRU: hits, misses and evicts the least recently used', () => {
@@ -102,7 +168,7 @@ function rate(s: readonly TraceStep[], slots: number, p: ConstructorParameters<t
 
 test("Belady's optimum is at least every online policy on the trace", () => {
   for (const [view, s] of [['recompute', steps], ['decode', decode]] as const) {
-    for (const slots of [244, 979]) {
+    for (const slots of PRESET_SLOTS.slice(0, 2)) {
       const best = rate(s, slots, new BeladyPolicy(s));
       for (const p of policies(slots)) {
         const r = rate(s, slots, p);
@@ -124,9 +190,11 @@ test('the shipped policy beats plain LRU at the preset capacities and stays near
       }
     }
   }
-  // Below the working set of one layer cycle LRU gets nothing on the recorded trace; the shipped one does.
-  assert.equal(rate(steps, 979, new LruPolicy()), 0);
-  assert.ok(rate(steps, 979, new CyclePolicy(K3_LAYERS)) > 0.1);
+  // Below the working set of one layer cycle LRU gets nothing on the recorded trace (the plain LRU
+  // above agrees); the shipped one does.
+  assert.equal(plainLru(steps, PRESET_SLOTS[1]!).hits, 0);
+  assert.equal(rate(steps, PRESET_SLOTS[1]!, new LruPolicy()), 0);
+  assert.ok(rate(steps, PRESET_SLOTS[1]!, new CyclePolicy(K3_LAYERS)) > 0.1);
 });
 
 test('determinism: the same trace gives the same hits', () => {

@@ -1,13 +1,15 @@
 // The optional fast path for MXFP4 products (8-bit activations, integer block dots; off by
 // default): the WebAssembly kernel gives the bytes of its TypeScript reference (odd sizes, T 1..8,
-// threads 1/2, relaxed on/off), and on the golden K3 (MXFP4 experts) it runs, is deterministic
-// across threads and chunk sizes, and its next-token distributions stay close to the exact path.
+// threads 1/2, relaxed on/off), every product stays within the analytic error bound of its 8-bit
+// activation rounding (random and the golden K3's own expert weights), and on the golden K3 the
+// path runs and is deterministic across threads and chunk sizes.
 
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes, xorshift } from './helpers.js';
+import { GOLDEN, readTensorBytes, sameBytes, xorshift } from './helpers.js';
+import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { matmulQ8Ref } from '../src/kernels/wasm/q8.js';
@@ -33,6 +35,41 @@ function acts(n: number): Float32Array {
   return x;
 }
 
+/**
+ * The q8 path's error, bounded from the quantization alone (not from a measured run). Each block of
+ * 32 activations is stored as d * q with d = max|x| / 127 and q = round(x / d), so every element
+ * is off by at most d / 2 = max|x| / 254. The weight side is exact (MXFP4 codes times the E8M0
+ * scale, both exact in f32) and the integer block dot is exact, so the product's error is at most
+ *   sum over blocks b of (max_{c in b} |x_c|) / 254 * sum_{c in b} |w_c|,
+ * plus f32 rounding of the scale products and of the sums on both paths, which is below
+ * 1e-6 * sum |x_c w_c| for these lengths (<= 1024 terms: ~ cols * 2^-24 relative). Checked per
+ * element against the exact path (ref.matmul: decoded weights, f32 activations).
+ */
+function checkQ8Bound(w: WeightView, x: Float32Array, T: number, got: Float32Array, what: string): void {
+  const { rows, cols } = w;
+  const exact = new Float32Array(T * rows);
+  ref.matmul(w, x, T, exact);
+  const wd = new Float32Array(cols);
+  for (let r = 0; r < rows; r++) {
+    ref.decodeRow(w, r, wd);
+    for (let t = 0; t < T; t++) {
+      const i = t * rows + r;
+      assert.ok(Number.isFinite(got[i]!), `${what}: finite`);
+      let mag = 0, bound = 0;
+      for (let b = 0; b < cols; b += 32) {
+        let amax = 0, sw = 0;
+        for (let c = b; c < b + 32; c++) {
+          amax = Math.max(amax, Math.abs(x[t * cols + c]!));
+          sw += Math.abs(wd[c]!);
+          mag += Math.abs(x[t * cols + c]! * wd[c]!);
+        }
+        bound += (sw * amax) / 254;
+      }
+      assert.ok(Math.abs(got[i]! - exact[i]!) <= bound * (1 + 1e-6) + 1e-6 * mag + 1e-35, `${what}: q8 ${got[i]} vs exact ${exact[i]} at row ${r} t ${t}, over the bound ${bound}`);
+    }
+  }
+}
+
 test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads 1/2, relaxed on/off)', async () => {
   for (const relaxed of [true, false]) {
     for (const threads of [1, 2]) {
@@ -52,29 +89,8 @@ test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads
             const part = new Float32Array(T * rows).fill(7);
             k.matmulBatch([{ w, x, T, y: part, r0: Math.floor(rows / 3), r1: rows }]);
             for (let t = 0; t < T; t++) for (let r = Math.floor(rows / 3); r < rows; r++) assert.equal(part[t * rows + r], want[t * rows + r]);
-            // close to the exact product (8-bit activations: ~1% of the row's scale)
-            const exact = new Float32Array(T * rows);
-            ref.matmul(w, x, T, exact);
-            const wd = new Float32Array(cols);
-            for (let r = 0; r < rows; r++) {
-              ref.decodeRow(w, r, wd);
-              for (let t = 0; t < T; t++) {
-                const i = t * rows + r;
-                assert.ok(Number.isFinite(got[i]!), 'finite');
-                // |x - d q| <= d/2 = amax/254 per column: the error bound of the rounding
-                let mag = 0, bound = 0;
-                for (let b = 0; b < cols; b += 32) {
-                  let amax = 0, sw = 0;
-                  for (let c = b; c < b + 32; c++) {
-                    amax = Math.max(amax, Math.abs(x[t * cols + c]!));
-                    sw += Math.abs(wd[c]!);
-                    mag += Math.abs(x[t * cols + c]! * wd[c]!);
-                  }
-                  bound += (sw * amax) / 254;
-                }
-                assert.ok(Math.abs(got[i]! - exact[i]!) <= 1.001 * bound + 1e-6 * mag + 1e-35, `q8 far from exact: ${got[i]} vs ${exact[i]} (bound ${bound})`);
-              }
-            }
+            // within the analytic bound of the 8-bit activation rounding (checkQ8Bound, above)
+            checkQ8Bound(w, x, T, got, `${rows}x${cols} T ${T}`);
           }
         }
         // the default stays the exact path
@@ -92,15 +108,48 @@ test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads
   }
 });
 
-test('k3 golden: --fast-experts runs, is deterministic across threads/chunks, KL vs default small', async () => {
+test('k3 golden: every MXFP4 expert of the checkpoint, q8 path within the analytic bound of the exact one', async () => {
+  const dir = path.join(GOLDEN, 'k3');
+  const index = indexCheckpointDir(dir);
+  const k = await createKernels({ threads: 1, relaxed: false, minWorkPerThread: 1, maxCols: 2048 });
+  try {
+    k.fastMxfp4 = true;
+    let n = 0;
+    for (const [name, e] of index) {
+      if (!name.endsWith('.weight_packed')) continue;
+      const base = name.slice(0, -'.weight_packed'.length);
+      const s = index.get(`${base}.weight_scale`);
+      assert.ok(s, `${base}.weight_scale present`);
+      const [rows, half] = e.shape as [number, number];
+      const w = k.upload({ name: base, format: 'mxfp4', rows, cols: 2 * half, data: new Uint8Array(readTensorBytes(e)), scale: new Uint8Array(readTensorBytes(s)) });
+      const T = 3;
+      const x = acts(T * w.cols);
+      const got = new Float32Array(T * rows);
+      k.matmul(w, x, T, got);
+      checkQ8Bound(w, x, T, got, base);
+      n++;
+    }
+    assert.equal(n, 8 * 16 * 3, 'w1, w2, w3 of 16 experts in 8 MoE layers');
+  } finally {
+    await k.close();
+  }
+});
+
+// Closeness of the whole model is not asserted as a KL number from a run: it follows from the
+// per-product bound above (a rounding can still flip an expert choice, which no small bound
+// covers). Here: the path runs, is deterministic, differs from the exact one, leaves the default
+// path untouched; the KL is printed for information.
+test('k3 golden: --fast-experts runs, is deterministic across threads/chunks, default path untouched', async () => {
   const dir = path.join(GOLDEN, 'k3');
   const ids = JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[];
-  const V = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')).text_config?.vocab_size as number | undefined;
+  const V = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')).text_config.vocab_size as number;
+  assert.ok(Number.isInteger(V) && V > 0, `${dir}/config.json: text_config.vocab_size`);
   let base: Float32Array | null = null;
   let fast1: Float32Array | null = null;
   for (const [threads, chunk] of [[1, 64], [2, 64], [2, 7]] as const) {
     const m = await Model.load(dir, { ctx: 128, threads, fastExperts: true });
     try {
+      assert.equal(m.config.vocabSize, V);
       assert.equal(m.kernels!.fastExperts, true);
       const got = await m.forward(m.newState(), ids, 'all', chunk);
       assert.ok(got.every((v) => Number.isFinite(v)), 'finite logits');
@@ -108,14 +157,8 @@ test('k3 golden: --fast-experts runs, is deterministic across threads/chunks, KL
         fast1 = got;
         m.kernels!.fastExperts = false;
         base = await m.forward(m.newState(), ids, 'all', chunk);
-        const vocab = V ?? m.config.vocabSize;
-        const { meanKL, top1 } = nextTokenKL(base, got, vocab);
+        const { meanKL, top1 } = nextTokenKL(base, got, V);
         console.log(`k3 golden fast experts: mean KL ${meanKL.toExponential(3)}, top-1 agreement ${(100 * top1).toFixed(1)}% over ${ids.length} positions`);
-        // measured: 2.2e-2 and 93.8% (32 positions). This toy model routes 4 of 16 experts in 8
-        // MoE layers: most of the KL comes from a few positions where a rounding flips an expert
-        // choice (per-position KL is mostly 1e-5 .. 1e-3).
-        assert.ok(meanKL < 5e-2, `mean KL ${meanKL}`);
-        assert.ok(top1 >= 0.85, `top-1 agreement ${top1}`);
         assert.ok(!sameBytes(base, got), 'the fast path is a different computation');
       } else assert.ok(sameBytes(got, fast1), `threads ${threads} chunk ${chunk}: fast-path logits differ`);
     } finally {

@@ -174,19 +174,29 @@ for (const name of CASES) {
         for (const c of st.mla) if (c) assert.ok(g.ownerOf(c.lat) && g.ownerOf(c.rope), 'MLA cache in kernel memory');
         const got = await m.forward(st, ids, 'all', chunk);
         sameBytes(got, want, `${name} threads=${threads} chunk=${chunk} logits`);
+        const compared = { kda: 0, mla: 0 };
+        assert.equal(st.kda.length, rs.kda.length);
         for (let l = 0; l < st.kda.length; l++) {
+          // Each layer has exactly one kind of state, present on both sides (never skipped when missing).
           const a = st.kda[l], b = rs.kda[l];
-          if (a && b) {
-            sameBytes(a.S, b.S, `layer ${l} S`);
-            sameBytes(a.conv, b.conv, `layer ${l} conv`);
-          }
           const c = st.mla[l], e = rs.mla[l];
-          if (c && e) {
-            assert.ok(g.ownerOf(c.lat) && g.ownerOf(c.rope), 'grown MLA cache still in kernel memory');
-            sameBytes(c.lat.subarray(0, ids.length * c.Lk), e.lat.subarray(0, ids.length * e.Lk), `layer ${l} latents`);
-            sameBytes(c.rope.subarray(0, ids.length * c.dr), e.rope.subarray(0, ids.length * e.dr), `layer ${l} rope keys`);
+          assert.equal(Boolean(a), Boolean(b), `layer ${l}: KDA state on one side only`);
+          assert.equal(Boolean(c), Boolean(e), `layer ${l}: MLA cache on one side only`);
+          assert.ok(Boolean(a) !== Boolean(c), `layer ${l}: expected exactly one of KDA state / MLA cache`);
+          if (a) {
+            sameBytes(a.S, b!.S, `layer ${l} S`);
+            sameBytes(a.conv, b!.conv, `layer ${l} conv`);
+            compared.kda++;
+          } else {
+            assert.ok(g.ownerOf(c!.lat) && g.ownerOf(c!.rope), 'grown MLA cache still in kernel memory');
+            sameBytes(c!.lat.subarray(0, ids.length * c!.Lk), e!.lat.subarray(0, ids.length * e!.Lk), `layer ${l} latents`);
+            sameBytes(c!.rope.subarray(0, ids.length * c!.dr), e!.rope.subarray(0, ids.length * e!.dr), `layer ${l} rope keys`);
+            compared.mla++;
           }
         }
+        assert.equal(compared.kda + compared.mla, m.config.layers.length, 'every layer compared');
+        assert.ok(compared.mla > 0, 'some MLA layer compared');
+        if (name === 'k3' || name === 'kimi-linear') assert.ok(compared.kda > 0, 'some KDA layer compared');
         // without an allocator (or with null) a state is plain arrays even with a model's kernels loaded
         for (const plain of [new SequenceState(m.config, 8, null), new SequenceState(m.config, 8)]) {
           for (const k of plain.kda) if (k) assert.ok(!g.ownerOf(k.S));

@@ -1,13 +1,14 @@
 // Golden checkpoints in the official layouts with logits from an independent float64 reference
-// (test/fixtures/golden, copied from shared/golden). Acceptance: max |logit - golden| < 1e-3 on
-// the 32-token prompt, < 5e-3 on the 300-token prompt, and the 32 greedy ids identical.
+// (test/fixtures/golden, copied from shared/golden). Acceptance: max |logit - golden| <
+// GOLDEN_TOL (2e-4, what f32 arithmetic justifies: see helpers.ts) on the 32- and the 300-token
+// prompt, and the 32 greedy ids identical.
 // Determinism: prefill == token-by-token decode == any chunk size, compared as bytes.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes } from './helpers.js';
+import { GOLDEN, GOLDEN_TOL, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
 import { readNpyF32 } from '../src/util/npy.js';
 import { greedy } from '../src/generate/greedy.js';
@@ -25,9 +26,10 @@ for (const name of CASES) {
   const dir = path.join(GOLDEN, name);
   const tokens = JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')) as { short: number[]; long: number[] };
 
-  test(`${name}: golden logits, short (< 1e-3) and long (< 5e-3) prompts`, async () => {
+  test(`${name}: golden logits, short and long prompts (< ${GOLDEN_TOL})`, async () => {
     const model = Model.open(dir);
-    for (const [which, tol] of [['short', 1e-3], ['long', 5e-3]] as const) {
+    for (const which of ['short', 'long'] as const) {
+      const tol = GOLDEN_TOL;
       const logits = await model.forward(model.newState(), tokens[which], 'all');
       const gold = readNpyF32(path.join(dir, `logits-${which}.npy`));
       assert.deepEqual(gold.shape, [tokens[which].length, model.config.vocabSize]);

@@ -9,7 +9,6 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { indexCheckpointDir, type TensorEntry } from '../src/checkpoint/safetensors.js';
 import { loadConfig } from '../src/checkpoint/config.js';
 import { Model } from '../src/model/model.js';
@@ -18,11 +17,8 @@ import { PACK_ALIGN, type PackManifest } from '../src/checkpoint/packed.js';
 import { packCheckpoint, verifyPack, type PackOptions } from '../src/store/pack.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { Interrupted, ReadError, UserError } from '../src/util/errors.js';
-import { readTensorBytes } from './helpers.js';
+import { CLI, GOLDEN, fixture, readTensorBytes } from './helpers.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const GOLDEN = [ROOT, process.cwd()].map((r) => path.join(r, 'test', 'fixtures', 'golden')).find((g) => fs.existsSync(g))!;
-const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-pack-test-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
 
@@ -36,9 +32,9 @@ async function pack(model: string, opts: Partial<PackOptions> = {}) {
 }
 
 function idsOf(dir: string): number[] {
-  const f = path.join(dir, 'tokens.json');
-  if (!fs.existsSync(f)) return [1, 5, 9, 2, 7, 3, 11, 4];
-  return (JSON.parse(fs.readFileSync(f, 'utf8')).short as number[]).slice(0, 12);
+  const ids = JSON.parse(fs.readFileSync(fixture(dir, 'tokens.json'), 'utf8')).short as number[];
+  assert.ok(Array.isArray(ids) && ids.length >= 12, `${path.join(dir, 'tokens.json')}: no 12 short ids`);
+  return ids.slice(0, 12);
 }
 
 async function logits(dir: string, ids: number[]): Promise<Buffer> {
@@ -260,7 +256,8 @@ test('an aborted pack (the CLI aborts on SIGINT / SIGTERM) leaves no OUT and no 
   assert.deepEqual(tmpLeftovers(out), [], 'no temporary directory left behind');
 });
 
-test('CLI: k3 pack, re-run no-op, --verify finds a flipped byte (exit 2 naming the record)', { skip: !fs.existsSync(CLI) && 'dist/src/cli/main.js not built' }, () => {
+test('CLI: k3 pack, re-run no-op, --verify finds a flipped byte (exit 2 naming the record)', () => {
+  fixture(CLI);
   const src = path.join(GOLDEN, 'kimi-linear');
   const out = tmpOut('cli');
   const k3 = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });

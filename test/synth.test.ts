@@ -6,7 +6,6 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { indexCheckpointDir, readSafetensorsHeader, type TensorEntry } from '../src/checkpoint/safetensors.js';
 import { loadConfig } from '../src/checkpoint/config.js';
 import { resolveLinear } from '../src/checkpoint/linear.js';
@@ -15,11 +14,8 @@ import { planCheckpoint, planFileBytes, resolveSynth, synthCheckpoint, type Synt
 import { safetensorsLayout, writeSafetensors } from '../src/synth/writer.js';
 import { makeFill, type TensorPlan } from '../src/synth/gen.js';
 import { command } from '../src/cli/synth.js';
-import { readTensorBytes } from './helpers.js';
+import { GOLDEN, readTensorBytes } from './helpers.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-// Built into dist/test/ normally; fall back to the working directory for other outDirs.
-const GOLDEN = [ROOT, process.cwd()].map((r) => path.join(r, 'test', 'fixtures', 'golden')).find((g) => fs.existsSync(g)) ?? path.join(ROOT, 'test', 'fixtures', 'golden');
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-synth-test-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
 

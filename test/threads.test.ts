@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes } from './helpers.js';
+import { GOLDEN, GOLDEN_TOL, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
 import { readNpyF32 } from '../src/util/npy.js';
 
@@ -40,7 +40,7 @@ for (const name of CASES) {
   });
 }
 
-test('k3 golden tolerance on the wasm path (300-token prompt < 5e-3)', async () => {
+test(`k3 golden tolerance on the wasm path (300-token prompt < ${GOLDEN_TOL})`, async () => {
   const dir = path.join(GOLDEN, 'k3');
   const ids = JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).long as number[];
   const m = await Model.load(dir, { threads: 2 });
@@ -49,7 +49,7 @@ test('k3 golden tolerance on the wasm path (300-token prompt < 5e-3)', async () 
     const gold = readNpyF32(path.join(dir, 'logits-long.npy')).data;
     let d = 0;
     for (let i = 0; i < got.length; i++) d = Math.max(d, Math.abs(got[i]! - gold[i]!));
-    assert.ok(d < 5e-3, `max |diff| ${d}`);
+    assert.ok(d < GOLDEN_TOL, `max |diff| ${d} >= ${GOLDEN_TOL}`);
   } finally {
     await m.close();
   }

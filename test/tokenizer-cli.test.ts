@@ -82,7 +82,8 @@ test('loadTokenizer: UserError naming the missing file', async () => {
   const t = await loadTokenizer(dir);
   assert.equal(t.family, 'k2');
   assert.equal(t.vocabSize, 6400);
-  assert.ok(t.chatTemplate?.includes('im_middle'));
+  assert.equal(typeof t.chatTemplate, 'string', 'a chat template is present');
+  assert.ok(t.chatTemplate!.includes('im_middle'));
   // A template shipped as chat_template.jinja (config without one) is picked up.
   const d = mkdtempSync(join(tmpdir(), 'k3-tok-tpl-'));
   try {

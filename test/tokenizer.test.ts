@@ -76,7 +76,8 @@ test('config: layout, vocab size, families', () => {
   assert.equal(k2.bosId, 6144);
   assert.equal(k2.eosId, 6145);
   assert.equal(k2.padId, 6399);
-  assert.ok(k2.chatTemplate?.includes('im_middle'));
+  assert.equal(typeof k2.chatTemplate, 'string', 'a chat template is present');
+  assert.ok(k2.chatTemplate!.includes('im_middle'));
   assert.equal(k3.chatTemplate, undefined);
 });
 

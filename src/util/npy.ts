@@ -16,22 +16,42 @@ export function encodeNpyF32(data: Float32Array, shape: number[]): Buffer {
   return Buffer.concat([pre, Buffer.from(header, 'latin1'), Buffer.from(data.buffer, data.byteOffset, data.byteLength)]);
 }
 
+/**
+ * Decode a .npy holding little-endian float32 in C order. Everything the header claims is checked
+ * against the file: the magic and version, the header length, `descr` exactly `'<f4'`,
+ * `fortran_order` False, a shape of non-negative integers, and a data section of exactly
+ * product(shape) * 4 bytes (a truncated file or trailing bytes both throw). Errors name `name`.
+ */
 export function decodeNpyF32(buf: Uint8Array, name = 'npy'): { shape: number[]; data: Float32Array } {
   const b = Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
-  if (b.length < 10 || b.toString('latin1', 0, 6) !== '\x93NUMPY') throw new UserError(`${name}: not a .npy file`);
+  if (b.length < 10 || b.toString('latin1', 0, 6) !== '\x93NUMPY') throw new UserError(`${name}: not a .npy file (no \\x93NUMPY magic)`);
   const major = b[6]!;
-  const hlen = major === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  if (major !== 1 && major !== 2 && major !== 3) throw new UserError(`${name}: .npy format version ${major}.${b[7]} is not supported`);
   const hstart = major === 1 ? 10 : 12;
-  const header = b.toString('latin1', hstart, hstart + hlen);
-  if (!header.includes("'<f4'")) throw new UserError(`${name}: only little-endian float32 .npy is supported`);
-  if (header.includes("'fortran_order': True")) throw new UserError(`${name}: Fortran order is not supported`);
-  const m = /'shape': \(([^)]*)\)/.exec(header);
-  if (!m) throw new UserError(`${name}: no shape in the header`);
-  const shape = m[1]!.split(',').map((s) => s.trim()).filter(Boolean).map(Number);
+  if (b.length < hstart) throw new UserError(`${name}: truncated .npy header`);
+  const hlen = major === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  if (hstart + hlen > b.length) throw new UserError(`${name}: header of ${hlen} bytes runs past the end of the ${b.length}-byte file`);
+  const header = b.toString(major === 3 ? 'utf8' : 'latin1', hstart, hstart + hlen);
+  const descr = /'descr':\s*'([^']*)'/.exec(header);
+  if (!descr) throw new UserError(`${name}: no 'descr' in the .npy header`);
+  if (descr[1] !== '<f4') throw new UserError(`${name}: dtype '${descr[1]}' in the .npy header, expected '<f4' (little-endian float32)`);
+  const fortran = /'fortran_order':\s*(True|False)/.exec(header);
+  if (!fortran) throw new UserError(`${name}: no 'fortran_order' in the .npy header`);
+  if (fortran[1] === 'True') throw new UserError(`${name}: Fortran order is not supported`);
+  const m = /'shape':\s*\(([^)]*)\)/.exec(header);
+  if (!m) throw new UserError(`${name}: no shape in the .npy header`);
+  const parts = m[1]!.split(',').map((s) => s.trim()).filter(Boolean);
+  if (!parts.every((s) => /^\d+$/.test(s))) throw new UserError(`${name}: shape (${m[1]}) is not a tuple of non-negative integers`);
+  const shape = parts.map(Number);
   const n = shape.reduce((a, c) => a * c, 1);
   const off = hstart + hlen;
+  const want = n * 4;
+  const have = b.length - off;
+  if (have !== want) {
+    throw new UserError(`${name}: shape (${shape.join(', ')}) of '<f4' needs ${want} data bytes, the file has ${have} (${have < want ? 'truncated' : `${have - want} extra bytes`})`);
+  }
   const data = new Float32Array(n);
-  new Uint8Array(data.buffer).set(b.subarray(off, off + n * 4));
+  new Uint8Array(data.buffer).set(b.subarray(off, off + want));
   return { shape, data };
 }
 
