@@ -29,7 +29,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig, type ModelConfig } from '../src/checkpoint/config.js';
-import { indexCheckpointDir, type TensorEntry } from '../src/checkpoint/safetensors.js';
+import { indexCheckpointDir } from '../src/checkpoint/dir.js';
+import { type TensorEntry } from '../src/checkpoint/safetensors.js';
 
 // ---------------------------------------------------------------------------------------------
 // Types

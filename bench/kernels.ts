@@ -6,9 +6,9 @@
 //   node dist/bench/kernels.js [--ms 400] [--threads 2] [--no-ref] [--json]
 
 import * as ref from '../src/kernels/ref.js';
-import { weightBytes, type WeightView, type WeightFormat } from '../src/kernels/types.js';
+import { weightBytes, type WeightView, type WeightFormat } from '../src/formats/weight.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
-import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { kdaRecurStep } from '../src/model/kda.js';
 import { mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
 import { gatedActRef } from '../src/kernels/wasm/act.js';

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { Model } from '../src/model/model.js';
 import { FsReader } from '../src/store/store.js';
-import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
+import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { formatGB } from '../src/util/format.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');

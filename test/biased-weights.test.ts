@@ -12,7 +12,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN, GOLDEN_TOL, fixture, readTensorBytes, xorshift } from './helpers.js';
-import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
+import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { loadConfig } from '../src/checkpoint/config.js';
 import { route } from '../src/model/router.js';
 import { decodeNpyF32, readNpyF32 } from '../src/util/npy.js';

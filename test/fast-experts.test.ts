@@ -9,11 +9,11 @@ import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { GOLDEN, readTensorBytes, sameBytes, xorshift } from './helpers.js';
-import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
+import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { matmulQ8Ref } from '../src/kernels/wasm/q8.js';
-import type { WeightView } from '../src/kernels/types.js';
+import type { WeightView } from '../src/formats/weight.js';
 import { Model } from '../src/model/model.js';
 import { nextTokenKL } from '../src/cli/bench.js';
 

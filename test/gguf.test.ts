@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { E2M1_TABLE, e8m0ToF32, f16ToF32 } from '../src/checkpoint/dtypes.js';
-import { indexCheckpointDir } from '../src/checkpoint/safetensors.js';
+import { E2M1_TABLE, e8m0ToF32, f16ToF32 } from '../src/formats/dtypes.js';
+import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import {
   GGML_TYPE,

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TensorEntry } from '../src/checkpoint/safetensors.js';
-import type { DType } from '../src/checkpoint/dtypes.js';
+import type { DType } from '../src/formats/dtypes.js';
 import type { ModelConfig } from '../src/checkpoint/config.js';
 import { WeightStore, type ByteReader } from '../src/store/store.js';
 import { buildLayout } from '../src/store/layout.js';

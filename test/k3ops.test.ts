@@ -19,7 +19,7 @@ import { REF_COMPUTE } from '../src/kernels/dispatch.js';
 import { k3Layer } from '../src/model/k3.js';
 import { SequenceState } from '../src/model/state.js';
 import { decodeRow } from '../src/kernels/ref.js';
-import type { WeightView } from '../src/kernels/types.js';
+import type { WeightView } from '../src/formats/weight.js';
 import { residentMat, type Mat } from '../src/store/mat.js';
 
 const DIR = path.join(FIXTURES, 'k3-ops');

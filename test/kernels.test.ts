@@ -3,11 +3,11 @@
 import { test, before, after } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as ref from '../src/kernels/ref.js';
-import type { WeightView, WeightFormat } from '../src/kernels/types.js';
+import type { WeightView, WeightFormat } from '../src/formats/weight.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate } from '../src/kernels/wasm/kernels.js';
-import { f32ToBf16 } from '../src/checkpoint/dtypes.js';
+import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 
 // deterministic PRNG (xorshift32)

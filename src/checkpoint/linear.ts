@@ -6,7 +6,7 @@
 // The format is decided per tensor by what the header holds, never by the model name.
 
 import type { TensorEntry } from './safetensors.js';
-import type { WeightFormat } from '../kernels/types.js';
+import type { WeightFormat } from '../formats/weight.js';
 import { UserError } from '../util/errors.js';
 
 export interface LinearParts {

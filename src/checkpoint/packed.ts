@@ -50,13 +50,13 @@
 // A tensor's bytes are at files[record.file] offset record.offset + offset_in_record; an expert
 // tensor's at experts.files[at[prefix][0]] offset at[prefix][1] + template.offset.
 //
-// `indexCheckpointDir` (safetensors.ts) calls `readPackedDir` when a directory holds packed.json,
+// `indexCheckpointDir` (dir.ts) calls `readPackedDir` when a directory holds packed.json,
 // so every command that opens a model accepts a packed directory.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ReadError, UserError } from '../util/errors.js';
-import { DTYPE_BYTES, isDType, type DType } from './dtypes.js';
+import { DTYPE_BYTES, isDType, type DType } from '../formats/dtypes.js';
 import type { TensorEntry } from './safetensors.js';
 
 export const PACK_FORMAT = 'kimi-k3-ts packed';

@@ -6,9 +6,10 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig, type ModelConfig } from './config.js';
-import { DTYPE_BYTES, type DType } from './dtypes.js';
+import { DTYPE_BYTES, type DType } from '../formats/dtypes.js';
 import { namesOf, trunkOrder, type AttnResNames } from './names.js';
-import { indexCheckpointDir, type TensorEntry } from './safetensors.js';
+import { indexCheckpointDir } from './dir.js';
+import { type TensorEntry } from './safetensors.js';
 
 export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16' = cfg.arch === 'k3' ? 'mxfp4' : 'bf16'): Map<string, TensorEntry> {
   const map = new Map<string, TensorEntry>();

@@ -1,12 +1,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
 import { Model } from '../model/model.js';
 import { census } from '../checkpoint/census.js';
-import type { WeightFormat, WeightView } from '../kernels/types.js';
+import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { UserError } from '../util/errors.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and

@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';

@@ -1,5 +1,5 @@
 import * as path from 'node:path';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { synthCheckpoint } from '../synth/synth.js';
 import { demoTokenizerFiles } from '../tokenizer/index.js';

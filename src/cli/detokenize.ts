@@ -1,6 +1,6 @@
 // `k3 detokenize DIR --ids 1,2,3`: ids to the exact bytes they stand for, written to stdout.
 
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIds } from './args.js';
 import { UserError } from '../util/errors.js';
 import { loadTokenizer } from '../tokenizer/index.js';

@@ -1,4 +1,4 @@
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse } from './args.js';
 import { census, layerMap } from '../checkpoint/census.js';
 import { stateSize } from '../model/state.js';

@@ -1,4 +1,4 @@
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIds } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel, writeFileAtomic } from './common.js';
 import { encodeNpyF32 } from '../util/npy.js';

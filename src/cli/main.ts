@@ -3,18 +3,12 @@
 // exits 2 (1 for I/O, 4 for a failed weight read mid-run); anything else is a bug and keeps its trace.
 
 import { UserError } from '../util/errors.js';
+import type { Command } from './command.js';
 
 // Expert and piece reads go to libuv's thread pool; the default 4 threads is too few for a layer's
 // 16 parallel expert reads. Must be set before the first asynchronous file operation.
 process.env.UV_THREADPOOL_SIZE ??= '16';
 
-export interface Command {
-  /** One line for `k3 --help`. */
-  summary: string;
-  /** Full help for `k3 CMD --help`. */
-  help: string;
-  run(args: string[]): Promise<number>;
-}
 
 const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   demo: () => import('./demo.js'),

@@ -1,7 +1,7 @@
 // `k3 pack MODEL OUT`: re-lay a checkpoint out for streaming (src/checkpoint/packed.ts has the format);
 // `k3 pack --verify OUT`: recompute every record's checksum.
 
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse } from './args.js';
 import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, verifyPack, type ExpertsMode } from '../store/pack.js';
 import { parseSize } from '../store/plan.js';

@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';

@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
 import { greedy } from '../generate/greedy.js';

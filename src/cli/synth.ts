@@ -1,4 +1,4 @@
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { UserError } from '../util/errors.js';
 import { MiB, formatBytes } from '../util/format.js';

@@ -2,7 +2,7 @@
 // tokenizer in DIR (a checkpoint, or a folder holding only tiktoken.model + tokenizer_config.json).
 
 import { readFile } from 'node:fs/promises';
-import type { Command } from './main.js';
+import type { Command } from './command.js';
 import { parse } from './args.js';
 import { UserError } from '../util/errors.js';
 import { loadTokenizer } from '../tokenizer/index.js';

@@ -7,7 +7,7 @@
 import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
-import type { WeightView } from './types.js';
+import type { WeightView } from '../formats/weight.js';
 
 const GiB = 2 ** 30;
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */

@@ -22,7 +22,7 @@
 // (KernelGroup.allocF32), so they run in place.
 
 import * as os from 'node:os';
-import type { WeightView, WeightFormat } from './types.js';
+import type { WeightView, WeightFormat } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';

@@ -6,7 +6,7 @@
 import type { Mat } from '../store/mat.js';
 import { dot, type Compute } from '../kernels/dispatch.js';
 import { rowSlice } from '../store/mat.js';
-import type { WeightView } from '../kernels/types.js';
+import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
 import type { F32Alloc } from './kda.js';

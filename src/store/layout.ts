@@ -9,7 +9,7 @@
 import type { ModelConfig } from '../checkpoint/config.js';
 import { resolveLinear, type LinearParts } from '../checkpoint/linear.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
-import type { WeightFormat, WeightView } from '../kernels/types.js';
+import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { expertLayout, namesOf, trunkOrder } from '../checkpoint/names.js';
 import { UserError } from '../util/errors.js';
 

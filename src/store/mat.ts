@@ -3,8 +3,8 @@
 // or whole (for matrices read by row, like MLA's kv_b). A view is valid only inside the callback;
 // after it returns the store may reuse the memory.
 
-import type { WeightFormat, WeightView } from '../kernels/types.js';
-import { decodeRow } from '../kernels/ref.js';
+import type { WeightFormat, WeightView } from '../formats/weight.js';
+import { decodeRow } from '../formats/decode.js';
 
 export interface Mat {
   readonly name: string;

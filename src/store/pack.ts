@@ -22,7 +22,8 @@ import {
   type PackedTensor,
   type RecordKind,
 } from '../checkpoint/packed.js';
-import { indexCheckpointDir, type TensorEntry } from '../checkpoint/safetensors.js';
+import { indexCheckpointDir } from '../checkpoint/dir.js';
+import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { UserError } from '../util/errors.js';
 import { buildLayout } from './layout.js';
 import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';

@@ -10,9 +10,10 @@
 
 import * as fs from 'node:fs';
 import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
-import { indexCheckpointDir, type TensorEntry } from '../checkpoint/safetensors.js';
-import { bf16ToF32, f16ToF32 } from '../checkpoint/dtypes.js';
-import { decodeRow } from '../kernels/ref.js';
+import { indexCheckpointDir } from '../checkpoint/dir.js';
+import { type TensorEntry } from '../checkpoint/safetensors.js';
+import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
+import { decodeRow } from '../formats/decode.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { CyclePolicy, ExpertCache } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';

@@ -1,7 +1,7 @@
 // What each synthetic tensor holds (a small descriptor, cheap to plan and compare) and the fill
 // function that streams its bytes (rng.ts does the drawing).
 
-import { DTYPE_BYTES, type DType } from '../checkpoint/dtypes.js';
+import { DTYPE_BYTES, type DType } from '../formats/dtypes.js';
 import { bf16Table, e8m0Table, f32Table, fp8Table, int4Table, mxfp4Table, Rng, type Dist } from './rng.js';
 
 export type Gen =

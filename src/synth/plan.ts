@@ -12,7 +12,7 @@
 // A_log log U[1, 16]; dt_bias U[-0.5, 0.5]; conv taps N(0, 0.3); router bias U[-0.1, 0.1];
 // AttnRes projections N(0, 1/hidden); quantized formats scaled to the same N(0, 1/in).
 
-import type { DType } from '../checkpoint/dtypes.js';
+import type { DType } from '../formats/dtypes.js';
 import { K3_VISION_NAMES, namesForArch } from '../checkpoint/names.js';
 import { K3_VISION } from './configs.js';
 import type { ResolvedSynth } from './dims.js';

@@ -7,7 +7,7 @@
 // (i + 0.5) / 65536, so "N(0, s)" means a normal truncated at about ±4.3 s. One 32-bit draw makes
 // two elements, with no per-element transcendental math: gigabytes take seconds, not hours.
 
-import { E2M1_TABLE, f32ToBf16, FP8_TABLE } from '../checkpoint/dtypes.js';
+import { E2M1_TABLE, f32ToBf16, FP8_TABLE } from '../formats/dtypes.js';
 
 if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) {
   throw new Error('synth: a little-endian host is required (safetensors data is little-endian)');

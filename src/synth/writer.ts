@@ -9,7 +9,7 @@
 import * as fs from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import * as path from 'node:path';
-import { DTYPE_BYTES, type DType } from '../checkpoint/dtypes.js';
+import { DTYPE_BYTES, type DType } from '../formats/dtypes.js';
 
 /** Default size of one write (two such buffers alternate: one fills while the other is written). */
 export const DEFAULT_CHUNK_BYTES = 16 << 20;

@@ -5,7 +5,7 @@
 
 import * as v8 from 'node:v8';
 import { generate, MX_PLANES, FP8_TAB, KCONST } from './kernels.js';
-import { E2M1_TABLE, FP8_TABLE, e8m0ToF32 } from '../../checkpoint/dtypes.js';
+import { E2M1_TABLE, FP8_TABLE, e8m0ToF32 } from '../../formats/dtypes.js';
 
 export interface KernelOptions {
   relaxed: boolean;

@@ -37,8 +37,8 @@
 // same bytes. Then convert, one f32x4 multiply by the four s_b and one add into the lanes.
 
 import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
-import { E2M1_TABLE, e8m0ToF32 } from '../../checkpoint/dtypes.js';
-import type { WeightView } from '../types.js';
+import { E2M1_TABLE, e8m0ToF32 } from '../../formats/dtypes.js';
+import type { WeightView } from '../../formats/weight.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
 type ConstLocal = (f: Fn, b: Uint8Array) => number;
