@@ -28,7 +28,7 @@ import {
   writeGguf,
   type GgufTensorSpec,
 } from '../bench/gguf.js';
-import { agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
+import { LLAMA_INSTALL, agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-gguf-test-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
@@ -276,7 +276,7 @@ test('K3 checkpoint -> GGUF: names, shapes, folded and split tensors, stacked ex
 test('llama.cpp (node-llama-cpp) agrees with our engine on a tiny K3', async (t) => {
   const nlc = await loadNodeLlamaCpp();
   if (!nlc) {
-    t.skip('node-llama-cpp is not installed');
+    t.skip(`node-llama-cpp is not installed (${LLAMA_INSTALL} installs it)`);
     return;
   }
   try {
