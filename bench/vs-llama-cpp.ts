@@ -51,7 +51,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Model } from '../src/model/model.js';
 import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
-import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf.js';
+import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -128,6 +128,7 @@ export async function prepareModel(
   const s = await synthCheckpoint({ ...synth, force: true });
   if (!s.skipped) log(`  synthesized ${s.dir} (${(s.bytes / 1e9).toFixed(2)} GB) in ${s.seconds.toFixed(1)} s`);
   const stampFile = `${gguf}.json`;
+  // `writer` names the GGUF writer's output version (bench/gguf/, once bench/gguf.ts): bump it when the bytes change.
   const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
   let params: number;
   let stampOk = false;

@@ -1,4 +1,4 @@
-// The GGUF writer of the llama.cpp bench (bench/gguf.ts): header, typed metadata, tensor infos,
+// The GGUF writer of the llama.cpp bench (bench/gguf/): header, typed metadata, tensor infos,
 // alignment and data read back by a minimal reader; exact f16 rounding; the lossless MXFP4 repack
 // (checkpoint layout <-> ggml block_mxfp4); the K3 checkpoint -> GGUF converter's derived tensors.
 // When node-llama-cpp is installed, a tiny K3 also runs through llama.cpp and must agree with us.
@@ -16,18 +16,14 @@ import {
   GGUF_TYPE,
   GgufMeta,
   MXFP4_BLOCK_BYTES,
-  convertK3ToGguf,
-  decodeFloats,
-  f32ToF16Bits,
   ggmlBytes,
-  ggmlMxfp4Values,
-  ggmlToMxfp4,
-  mxfp4ToGgml,
   readGgufHeader,
   readGgufTensor,
   writeGguf,
   type GgufTensorSpec,
-} from '../bench/gguf.js';
+} from '../bench/gguf/format.js';
+import { decodeFloats, f32ToF16Bits, ggmlMxfp4Values, ggmlToMxfp4, mxfp4ToGgml } from '../bench/gguf/encodings.js';
+import { convertK3ToGguf } from '../bench/gguf/convert.js';
 import { LLAMA_INSTALL, agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-gguf-test-'));
