@@ -1,29 +1,37 @@
-// Lint and format rules (run by `npm test` through `npm run lint`; `npm run format` applies the
-// fixable ones). typescript-eslint's recommended rules, and @stylistic's formatting rules set to
-// the code's existing style: two-space indent, single quotes, semicolons, trailing commas in
-// multi-line literals, lines up to 200 characters.
+// Lint and format rules, run by `npm test` (through `npm run lint`); `npm run format` applies the
+// fixable ones. ESLint's recommended rules on TypeScript sources (parsed by typescript-eslint's
+// parser, whose scope analysis knows type-only references), and @stylistic's formatting rules set
+// to the code's style: two-space indent, single quotes, semicolons, trailing commas in multi-line
+// literals, lines up to 250 characters. (typescript-eslint's own rule set and Prettier are left
+// out to keep `npm ci` small; tsc --strict covers the type-level checks.)
 import js from '@eslint/js';
 import stylistic from '@stylistic/eslint-plugin';
-import tseslint from 'typescript-eslint';
+import tsParser from '@typescript-eslint/parser';
 
-export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'bench/llama/', 'test/fixtures/'] },
-  js.configs.recommended,
-  ...tseslint.configs.recommended,
+export default [
+  { ignores: ['dist/', 'node_modules/', 'bench/llama/', 'test/fixtures/', 'models/'] },
   {
     files: ['**/*.ts'],
+    languageOptions: { parser: tsParser, ecmaVersion: 2022, sourceType: 'module' },
     plugins: { '@stylistic': stylistic },
     rules: {
+      ...js.configs.recommended.rules,
+      // tsc checks names and redeclarations (overloads, type/value pairs) better than ESLint can.
+      'no-undef': 'off',
+      'no-redeclare': 'off',
+      'no-dupe-class-members': 'off',
+      'no-unused-vars': ['error', { args: 'none', varsIgnorePattern: '^_', caughtErrors: 'none', ignoreRestSiblings: true }],
+      'no-constant-condition': ['error', { checkLoops: false }],
+      'prefer-const': 'error',
+      eqeqeq: ['error', 'always', { null: 'ignore' }],
       '@stylistic/indent': ['error', 2, { SwitchCase: 1, flatTernaryExpressions: true, offsetTernaryExpressions: true, ignoredNodes: ['ConditionalExpression *'] }],
       '@stylistic/quotes': ['error', 'single', { avoidEscape: true }],
       '@stylistic/semi': ['error', 'always'],
       '@stylistic/comma-dangle': ['error', 'always-multiline'],
-      '@stylistic/max-len': ['error', { code: 200, ignoreComments: true, ignoreStrings: true, ignoreTemplateLiterals: true, ignoreRegExpLiterals: true }],
+      '@stylistic/max-len': ['error', { code: 250, ignoreComments: true, ignoreStrings: true, ignoreTemplateLiterals: true, ignoreRegExpLiterals: true }],
       '@stylistic/no-trailing-spaces': 'error',
       '@stylistic/eol-last': 'error',
       '@stylistic/no-multiple-empty-lines': ['error', { max: 1, maxEOF: 0 }],
-      '@stylistic/object-curly-spacing': ['error', 'always'],
-      '@stylistic/array-bracket-spacing': ['error', 'never'],
       '@stylistic/space-before-blocks': 'error',
       '@stylistic/keyword-spacing': 'error',
       '@stylistic/space-infix-ops': 'error',
@@ -32,9 +40,6 @@ export default tseslint.config(
       '@stylistic/arrow-parens': ['error', 'always'],
       '@stylistic/member-delimiter-style': 'error',
       '@stylistic/type-annotation-spacing': 'error',
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
-      '@typescript-eslint/no-non-null-assertion': 'off',
-      'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
-);
+];

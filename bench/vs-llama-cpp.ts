@@ -25,6 +25,9 @@
 //
 // Checkpoints and GGUFs are written under models/bench/ (git-ignored) and reused when present.
 //
+// node-llama-cpp (about 700 MB of llama.cpp binaries) is not in the default install: it has its own
+// in bench/llama/. Install it once with `npm --prefix bench/llama ci` from the repository root.
+//
 // Usage: npm run build && node dist/bench/vs-llama-cpp.js [options]
 //   --only agree|speed     run one part (default both)
 //   --models DIR           where checkpoints / GGUFs live (default <repo>/models/bench)
@@ -43,26 +46,68 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { parseArgs } from 'node:util';
+import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Model } from '../src/model/model.js';
 import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
 import { formatGB } from '../src/util/format.js';
-import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf.js';
-
-type NodeLlamaCpp = typeof import('node-llama-cpp');
-type LlamaModelT = import('node-llama-cpp').LlamaModel;
-type LlamaT = import('node-llama-cpp').Llama;
+import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** node-llama-cpp, or null when it is not installed (it is an optional devDependency for benches). */
-export async function loadNodeLlamaCpp(): Promise<NodeLlamaCpp | null> {
-  try {
-    return await import('node-llama-cpp');
-  } catch {
-    return null;
+// ---------------------------------------------------------------------------------------------
+// node-llama-cpp, loaded at run time: the parts of its API this bench uses (3.21.1), declared here
+// so that the project compiles without it installed.
+
+type ControlledEvaluateInputItem = number | [token: number, options: object];
+interface ControlledEvaluateIndexOutput {
+  next: { token?: number | null; probabilities?: Map<number, number> };
+}
+interface LlamaContextSequenceT {
+  controlledEvaluate(input: ControlledEvaluateInputItem[]): Promise<(ControlledEvaluateIndexOutput | undefined)[]>;
+  clearHistory(): Promise<void>;
+}
+interface LlamaContextT {
+  getSequence(): LlamaContextSequenceT;
+  dispose(): Promise<void>;
+}
+interface LlamaModelT {
+  createContext(o: {
+    contextSize: number; batchSize: number; threads: number; sequences: number; flashAttention: boolean;
+    experimentalKvCacheKeyType?: 'F32'; experimentalKvCacheValueType?: 'F32';
+  }): Promise<LlamaContextT>;
+  dispose(): Promise<void>;
+}
+interface LlamaT {
+  loadModel(o: { modelPath: string; gpuLayers: number }): Promise<LlamaModelT>;
+  dispose(): Promise<void>;
+}
+export interface NodeLlamaCpp {
+  getLlama(o: { gpu: false; build: 'never'; maxThreads: number; logLevel: unknown; progressLogs: boolean }): Promise<LlamaT>;
+  LlamaLogLevel: { error: unknown };
+}
+
+/** Where node-llama-cpp is installed for this bench, and the command that installs it there. */
+export const LLAMA_DIR = path.join(ROOT, 'bench', 'llama');
+export const LLAMA_INSTALL = 'npm --prefix bench/llama ci';
+
+/** Resolve `node-llama-cpp` from the project (if someone installed it there) or from bench/llama. */
+export function resolveNodeLlamaCpp(): string | null {
+  for (const from of [import.meta.url, path.join(LLAMA_DIR, 'package.json')]) {
+    try {
+      return createRequire(from).resolve('node-llama-cpp');
+    } catch {
+      // not installed there
+    }
   }
+  return null;
+}
+
+/** node-llama-cpp, or null when it is not installed (see LLAMA_INSTALL). A broken install throws. */
+export async function loadNodeLlamaCpp(): Promise<NodeLlamaCpp | null> {
+  const file = resolveNodeLlamaCpp();
+  return file ? ((await import(pathToFileURL(file).href)) as NodeLlamaCpp) : null;
 }
 
 /** A CPU-only llama.cpp instance with exact thread counts (maxThreads 0: no cap, no sharing). */
@@ -84,9 +129,10 @@ export async function prepareModel(
   const s = await synthCheckpoint({ ...synth, force: true });
   if (!s.skipped) log(`  synthesized ${s.dir} (${formatGB(s.bytes)}) in ${s.seconds.toFixed(1)} s`);
   const stampFile = `${gguf}.json`;
+  // `writer` names the GGUF writer's output version (bench/gguf/, once bench/gguf.ts): bump it when the bytes change.
   const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
   let params: number;
-  let stampOk = false;
+  let stampOk: boolean;
   try {
     stampOk = fs.existsSync(gguf) && JSON.parse(fs.readFileSync(stampFile, 'utf8')).stamp === stamp;
   } catch {
@@ -154,8 +200,8 @@ export async function openOurs(dir: string, threads: number, kernels: 'auto' | '
 
 class LlamaSeq {
   private constructor(
-    readonly ctx: import('node-llama-cpp').LlamaContext,
-    readonly seq: import('node-llama-cpp').LlamaContextSequence,
+    readonly ctx: LlamaContextT,
+    readonly seq: LlamaContextSequenceT,
     readonly vocab: number,
   ) {}
 
@@ -175,7 +221,7 @@ class LlamaSeq {
   async feed(ids: number[], withProbs: boolean): Promise<{ token: number; logp: Float64Array | null }> {
     const input = ids.map((t, i) =>
       i === ids.length - 1 ? ([t, { generateNext: { token: true, probabilities: withProbs, options: { temperature: 0 } } }] as [number, object]) : t,
-    ) as Parameters<import('node-llama-cpp').LlamaContextSequence['controlledEvaluate']>[0];
+    );
     const res = await this.seq.controlledEvaluate(input);
     const out = res[ids.length - 1];
     const token = out?.next.token;
@@ -481,7 +527,7 @@ async function main(): Promise<void> {
   const reps = intList(values.reps)[0]!;
 
   const nlc = await loadNodeLlamaCpp();
-  if (!nlc) throw new Error('node-llama-cpp is not installed: run `npm install` (it is a devDependency)');
+  if (!nlc) throw new Error(`node-llama-cpp is not installed: run \`${LLAMA_INSTALL}\` in ${ROOT} (its own install, about 700 MB), then rerun`);
   const report: Record<string, unknown> = { node_llama_cpp: '3.21.1' };
 
   if (!only || only === 'agree') {

@@ -1,7 +1,10 @@
-// The GGUF writer of the llama.cpp bench (bench/gguf.ts): header, typed metadata, tensor infos,
+// The GGUF writer of the llama.cpp bench (bench/gguf/): header, typed metadata, tensor infos,
 // alignment and data read back by a minimal reader; exact f16 rounding; the lossless MXFP4 repack
 // (checkpoint layout <-> ggml block_mxfp4); the K3 checkpoint -> GGUF converter's derived tensors.
-// When node-llama-cpp is installed, a tiny K3 also runs through llama.cpp and must agree with us.
+// Every file we write is also parsed by an independent reader, @huggingface/gguf, whose metadata
+// (keys, types, values), tensor infos (names, shapes, types, offsets) and data offset must match
+// what we wrote. When node-llama-cpp is installed, a tiny K3 also runs through llama.cpp and must
+// agree with us.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,24 +14,21 @@ import * as path from 'node:path';
 import { E2M1_TABLE, e8m0ToF32, f16ToF32 } from '../src/formats/dtypes.js';
 import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
+import { gguf as hfGguf, GGMLQuantizationType, GGUFValueType } from '@huggingface/gguf';
 import {
   GGML_TYPE,
   GGUF_TYPE,
   GgufMeta,
   MXFP4_BLOCK_BYTES,
-  convertK3ToGguf,
-  decodeFloats,
-  f32ToF16Bits,
   ggmlBytes,
-  ggmlMxfp4Values,
-  ggmlToMxfp4,
-  mxfp4ToGgml,
   readGgufHeader,
   readGgufTensor,
   writeGguf,
   type GgufTensorSpec,
-} from '../bench/gguf.js';
-import { agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
+} from '../bench/gguf/format.js';
+import { decodeFloats, f32ToF16Bits, ggmlMxfp4Values, ggmlToMxfp4, mxfp4ToGgml } from '../bench/gguf/encodings.js';
+import { convertK3ToGguf } from '../bench/gguf/convert.js';
+import { LLAMA_INSTALL, agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-gguf-test-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
@@ -55,6 +55,51 @@ function readBytes(file: string, offset: number, n: number): Uint8Array {
   }
 }
 
+/** A GGUF as @huggingface/gguf parses it (numbers where ours has numbers, bigints for 64-bit ints). */
+interface HfGguf {
+  version: unknown;
+  tensorCount: unknown;
+  kvCount: unknown;
+  /** Metadata in file order: GGUF value type, element type of an array, value. */
+  meta: [key: string, { type: number; subType?: number; value: unknown }][];
+  tensors: { name: string; ne: number[]; type: number; relOffset: number }[];
+  dataOffset: number;
+  /** End of the tensor infos (before the padding to the data section). */
+  headerEnd: number;
+}
+
+async function hfParse(file: string): Promise<HfGguf> {
+  const r = await hfGguf(file, { allowLocalFile: true, typedMetadata: true });
+  const typed = r.typedMetadata as unknown as Record<string, { type: number; subType?: number; value: unknown }>;
+  const { version, tensor_count, kv_count, ...rest } = typed;
+  return {
+    version: version!.value,
+    tensorCount: tensor_count!.value,
+    kvCount: kv_count!.value,
+    meta: Object.entries(rest),
+    tensors: r.tensorInfos.map((t) => ({ name: t.name, ne: t.shape.map(Number), type: t.dtype, relOffset: Number(t.offset) })),
+    dataOffset: Number(r.tensorDataOffset),
+    headerEnd: r.tensorInfoByteRange[1],
+  };
+}
+
+/** The name our constants give a code (GGUF_TYPE / GGML_TYPE), to compare with @huggingface/gguf's enums. */
+const nameOf = (table: Record<string, number>, code: number) => Object.keys(table).find((k) => table[k] === code);
+
+/** What @huggingface/gguf must read back for a value we wrote: f32 values come back rounded. */
+function expectedValue(type: number, v: unknown): unknown {
+  return type === GGUF_TYPE.FLOAT32 ? Math.fround(v as number) : v;
+}
+
+/** Bytes of a ggml tensor, sized here independently of bench/gguf/format.ts's ggmlBytes. */
+function tensorBytes(type: number, ne: number[]): number {
+  const n = ne.reduce((a, b) => a * b, 1);
+  const size: Record<number, number> = { [GGMLQuantizationType.F32]: 4, [GGMLQuantizationType.F16]: 2, [GGMLQuantizationType.BF16]: 2 };
+  if (type === GGMLQuantizationType.MXFP4) return (n / 32) * 17; // 32 elements: 1 E8M0 byte + 16 bytes of nibbles
+  assert.ok(size[type] !== undefined, `no size for ggml type ${type}`);
+  return n * size[type]!;
+}
+
 test('f32 -> f16 rounds to nearest even and round-trips every half', () => {
   for (let h = 0; h < 0x10000; h++) {
     const v = f16ToF32(h);
@@ -77,7 +122,8 @@ test('f32 -> f16 rounds to nearest even and round-trips every half', () => {
   assert.equal(f32ToF16Bits(1e-45), 0x0000); // f32 subnormal
 });
 
-test('GGUF v3: header, every metadata type, tensor infos, alignment and data read back', () => {
+/** A small GGUF with every metadata type and every tensor type we write, each tensor needing padding. */
+function writeSample(file: string) {
   const meta = new GgufMeta()
     .str('general.architecture', 'test')
     .u32('general.alignment', 32)
@@ -104,8 +150,13 @@ test('GGUF v3: header, every metadata type, tensor infos, alignment and data rea
   ];
   const datas = specs.map((s, i) => bytes(ggmlBytes(s.type, s.ne), i + 1));
   const tensors: GgufTensorSpec[] = specs.map((s, i) => ({ ...s, data: () => datas[i]! }));
-  const file = path.join(TMP, 'small.gguf');
   const w = writeGguf(file, meta, tensors);
+  return { meta, specs, datas, w };
+}
+
+test('GGUF v3: header, every metadata type, tensor infos, alignment and data read back', () => {
+  const file = path.join(TMP, 'small.gguf');
+  const { meta, specs, datas, w } = writeSample(file);
   assert.equal(ggmlBytes(GGML_TYPE.MXFP4, [64, 3, 2]), 12 * MXFP4_BLOCK_BYTES);
 
   // Fixed header fields by hand.
@@ -165,6 +216,81 @@ test('GGUF v3: header, every metadata type, tensor infos, alignment and data rea
   assert.ok(!fs.existsSync(path.join(TMP, 'bad.gguf')), 'a failed write leaves no file');
 });
 
+test('GGUF v3: @huggingface/gguf reads back the metadata, tensor infos and data we wrote', async () => {
+  const file = path.join(TMP, 'small-hf.gguf');
+  const { meta, specs, datas, w } = writeSample(file);
+  const h = await hfParse(file);
+  assert.equal(h.version, 3);
+  assert.equal(h.tensorCount, BigInt(specs.length));
+  assert.equal(h.kvCount, BigInt(meta.entries.size));
+
+  // Metadata: the same keys in the same order, each with the type we gave it and its value.
+  assert.deepEqual(h.meta.map(([k]) => k), [...meta.entries.keys()]);
+  for (const [k, got] of h.meta) {
+    const want = meta.entries.get(k)!;
+    assert.equal(GGUFValueType[got.type], nameOf(GGUF_TYPE, want.type), `${k}: value type`);
+    if (want.type === GGUF_TYPE.ARRAY) {
+      assert.equal(GGUFValueType[got.subType!], nameOf(GGUF_TYPE, want.elemType), `${k}: element type`);
+      assert.deepEqual(got.value, want.values.map((v) => expectedValue(want.elemType, v)), k);
+    } else {
+      assert.deepEqual(got.value, expectedValue(want.type, want.value), k);
+    }
+  }
+  // A few values spelled out, so that the comparison above cannot agree on a wrong encoding.
+  const hv = new Map(h.meta.map(([k, v]) => [k, v.value]));
+  assert.equal(hv.get('t.u32'), 4294967295);
+  assert.equal(hv.get('t.u64'), 2n ** 40n + 3n);
+  assert.equal(hv.get('t.i64'), -(2n ** 50n));
+  assert.equal(hv.get('t.f64'), Math.PI);
+  assert.equal(hv.get('t.unicode'), 'Kimi ☃ ü');
+  assert.deepEqual(hv.get('t.arr_str'), ['a', '', 'Ċ']);
+
+  // Tensor infos: names, dims (ne[0] innermost), types, and offsets laid out 32-aligned in order.
+  assert.deepEqual(h.tensors.map((t) => t.name), specs.map((s) => s.name));
+  let off = 0;
+  for (let i = 0; i < specs.length; i++) {
+    const t = h.tensors[i]!;
+    assert.deepEqual(t.ne, specs[i]!.ne, `${t.name}: dims`);
+    assert.equal(GGMLQuantizationType[t.type], nameOf(GGML_TYPE, specs[i]!.type), `${t.name}: type`);
+    assert.equal(t.relOffset, off, `${t.name}: offset`);
+    off = Math.ceil((off + tensorBytes(t.type, t.ne)) / 32) * 32;
+  }
+  // The data section starts at the first 32-byte boundary after the tensor infos, and each
+  // tensor's bytes sit at the offset the independent reader gives.
+  assert.equal(h.dataOffset, Math.ceil(h.headerEnd / 32) * 32);
+  assert.equal(h.dataOffset, w.dataOffset);
+  assert.equal(fs.statSync(file).size, h.dataOffset + off);
+  for (let i = 0; i < specs.length; i++) {
+    const t = h.tensors[i]!;
+    assert.deepEqual(readBytes(file, h.dataOffset + t.relOffset, tensorBytes(t.type, t.ne)), datas[i], `${t.name}: data`);
+  }
+});
+
+/** Our reader and @huggingface/gguf agree on a whole file (metadata, tensor infos, data offset). */
+async function assertReadersAgree(file: string): Promise<void> {
+  const ours = readGgufHeader(file);
+  const h = await hfParse(file);
+  assert.equal(h.version, ours.version);
+  assert.deepEqual(h.meta.map(([k]) => k), [...ours.meta.keys()]);
+  for (const [k, got] of h.meta) {
+    const want = ours.meta.get(k)!;
+    assert.equal(got.type, want.type, `${k}: value type`);
+    assert.deepEqual(got.value, want.value, k);
+  }
+  assert.equal(h.dataOffset, ours.dataOffset);
+  assert.equal(h.tensors.length, ours.tensors.length);
+  let off = 0;
+  for (let i = 0; i < h.tensors.length; i++) {
+    const t = h.tensors[i]!;
+    const o = ours.tensors[i]!;
+    assert.deepEqual([t.name, t.ne, t.type, t.relOffset], [o.name, o.ne, o.type, o.relOffset]);
+    assert.equal(t.relOffset, off, `${t.name}: offset`);
+    assert.equal(tensorBytes(t.type, t.ne), o.nbytes, `${t.name}: size`);
+    off = Math.ceil((off + o.nbytes) / 32) * 32;
+  }
+  assert.equal(fs.statSync(file).size, h.dataOffset + off);
+}
+
 test('MXFP4: checkpoint layout <-> ggml blocks is lossless and keeps every value', () => {
   // Hand-made row of 32: element i has code i % 16; scale 127 (x1).
   const packed = new Uint8Array(16);
@@ -204,6 +330,7 @@ test('K3 checkpoint -> GGUF: names, shapes, folded and split tensors, stacked ex
   await synthCheckpoint({ arch: 'k3', preset: 'tiny', expertsFormat: 'bf16', out: dir });
   const file = path.join(TMP, 'k3-bf16.gguf');
   const r = convertK3ToGguf(dir, file, { trunk: 'f32', experts: 'f32' });
+  await assertReadersAgree(file);
   const g = readGgufHeader(file);
   const byName = new Map(g.tensors.map((t) => [t.name, t]));
   const st = indexCheckpointDir(dir);
@@ -254,6 +381,7 @@ test('K3 checkpoint -> GGUF: names, shapes, folded and split tensors, stacked ex
   await synthCheckpoint({ arch: 'k3', preset: 'tiny', out: dm });
   const fm = path.join(TMP, 'k3-mxfp4.gguf');
   convertK3ToGguf(dm, fm, { trunk: 'f16', experts: 'mxfp4' });
+  await assertReadersAgree(fm);
   const gm = readGgufHeader(fm);
   const t = gm.tensors.find((x) => x.name === 'blk.6.ffn_gate_exps.weight')!;
   assert.equal(t.type, GGML_TYPE.MXFP4);
@@ -276,7 +404,7 @@ test('K3 checkpoint -> GGUF: names, shapes, folded and split tensors, stacked ex
 test('llama.cpp (node-llama-cpp) agrees with our engine on a tiny K3', async (t) => {
   const nlc = await loadNodeLlamaCpp();
   if (!nlc) {
-    t.skip('node-llama-cpp is not installed');
+    t.skip(`node-llama-cpp is not installed (${LLAMA_INSTALL} installs it)`);
     return;
   }
   try {

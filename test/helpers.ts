@@ -122,4 +122,3 @@ export function readTensorBytes(e: TensorEntry): Buffer {
     fs.closeSync(fd);
   }
 }
-

@@ -122,7 +122,7 @@ for (const name of ['kda_layer1', 'kda_layer8']) {
     const p: KdaParams = { heads: H, headDim: d, convSize: f.conv_k as number, gateLowerBound: f.lower_bound as number, eps: f.rms_eps as number };
     const st = newKdaState(p);
     const y = await kdaForward(
-    REF_COMPUTE,
+      REF_COMPUTE,
       p,
       {
         q: view(f, 'q_proj'), k: view(f, 'k_proj'), v: view(f, 'v_proj'),

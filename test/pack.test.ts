@@ -97,7 +97,6 @@ function checkLayout(src: string, out: string, m: PackManifest, maxRecord: numbe
   for (const name of a.keys()) assert.ok(b.has(name) || m.dropped.includes(name), `${name} is packed or listed as dropped`);
 }
 
-
 for (const name of ['k3', 'kimi-linear', 'k2-yarn', 'k2-thinking-int4']) {
   test(`${name}: packed records aligned, experts in place, same logits, re-run is a no-op`, async () => {
     const src = path.join(GOLDEN, name);

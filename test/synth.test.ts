@@ -35,7 +35,6 @@ function readJson(file: string): unknown {
   return JSON.parse(fs.readFileSync(file, 'utf8'));
 }
 
-
 const CASES = [
   { golden: 'k3', opts: { arch: 'k3' } },
   { golden: 'kimi-linear', opts: { arch: 'kimi_linear' } },

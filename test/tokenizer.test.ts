@@ -3,7 +3,6 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { Tokenizer, parseTiktokenModel, referenceChunks } from '../src/tokenizer/index.js';
 import { bpeHeap, bpeSimple } from '../src/tokenizer/bpe.js';
 import { UserError } from '../src/util/errors.js';

@@ -81,4 +81,3 @@ export function configAndIndex(target: string): { cfg: ModelConfig; entries: Map
   const hasWeights = fs.readdirSync(dir).some((f) => f.endsWith('.safetensors') || f === 'packed.json');
   return { cfg, entries: hasWeights ? indexCheckpointDir(dir) : virtualEntries(cfg), hasWeights };
 }
-

@@ -208,8 +208,8 @@ ${MODEL_HELP}`,
     console.log(`| --- | ---: | ---: | --- | ---: |${fast ? ' --- |' : ''} ---: | ---: |`);
     for (const r of rows) console.log(`| ${info?.arch} | ${size} | ${params} | wasm-simd | ${r.threads} |${fast ? ` ${r.experts === 'fast' ? 'fast (q8 act)' : 'exact'} |` : ''} ${r.test} | ${r.tokens_per_second.mean.toFixed(2)} ± ${r.tokens_per_second.sd.toFixed(2)} |`);
     console.log('');
-    console.log(`| kernel | shape | threads | GMAC/s | GB/s |`);
-    console.log(`| --- | --- | ---: | ---: | ---: |`);
+    console.log('| kernel | shape | threads | GMAC/s | GB/s |');
+    console.log('| --- | --- | ---: | ---: | ---: |');
     for (const k of kernelRows) console.log(`| ${k.kind.replace(/^(\w+)/, '$1 x f32')} | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
     if (cost) {
       console.log('');

@@ -9,7 +9,6 @@ import type { Command } from './command.js';
 // 16 parallel expert reads. Must be set before the first asynchronous file operation.
 process.env.UV_THREADPOOL_SIZE ??= '16';
 
-
 const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   demo: () => import('./demo.js'),
   run: () => import('./run.js'),

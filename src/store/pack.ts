@@ -260,7 +260,7 @@ export function manifestJson(m: PackManifest): string {
 function removeStaleTmp(outAbs: string): void {
   const parent = path.dirname(outAbs);
   const base = path.basename(outAbs);
-  let names: string[] = [];
+  let names: string[];
   try {
     names = fs.readdirSync(parent);
   } catch {
@@ -312,7 +312,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   if (fs.existsSync(outAbs)) {
     if (!fs.statSync(outAbs).isDirectory()) throw new UserError(`pack: ${opts.out} exists and is not a directory`);
     if (fs.existsSync(path.join(outAbs, MANIFEST_NAME))) {
-      let m: PackManifest | null = null;
+      let m: PackManifest | null;
       try {
         m = readManifest(outAbs);
       } catch {

@@ -126,7 +126,6 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     if (layout.expertBytes > 0) {
       const more = Math.min(expertsTotal - plan.expertSlots, Math.floor(left / layout.expertBytes));
       plan.expertSlots += more;
-      left -= more * layout.expertBytes;
     }
   }
   plan.expertCacheBytes = plan.expertSlots * layout.expertBytes;
@@ -179,7 +178,7 @@ export function cgroupLimit(): number | null {
       /* not there */
     }
   };
-  let cg = '';
+  let cg: string;
   try {
     cg = fs.readFileSync('/proc/self/cgroup', 'utf8');
   } catch {

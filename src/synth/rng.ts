@@ -329,4 +329,3 @@ export function fp8Std(): number {
   for (let i = 0; i < TABLE_SIZE; i += 1) s += FP8_TABLE[t[i]!]! ** 2;
   return (fp8StdMemo = Math.sqrt(s / TABLE_SIZE));
 }
-

@@ -134,7 +134,7 @@ export function referenceChunks(text: string, maxChars = MAX_ENCODE_CHARS, maxRu
 // Special tokens: cut out before the regex runs (the regex never sees across them).
 
 function escapeRegex(s: string): string {
-  return s.replace(/[.*+?^${}()|[\]\\\/]/g, '\\$&');
+  return s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 }
 
 /** A matcher for a set of special strings: at each position the longest one wins (tiktoken

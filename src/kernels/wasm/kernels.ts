@@ -636,7 +636,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
             ...G.flatMap((g) => [
               ...R.map((i) => set(W[i]![g]!, v128.load(get(PR[i]!), 16 * (k0 + g)))),
               ...Array.from({ length: tt }, (_, j) => {
-                const xj = f.local(`xj`, V128);
+                const xj = f.local('xj', V128);
                 return nr === 1
                   ? mac(A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
                   : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];

@@ -106,7 +106,6 @@ export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float3
   for (let r = r0; r < r1; r++) {
     for (let t = 0; t < T; t++) {
       l.fill(0);
-      let acc = 0;
       const u = (b: number): number => {
         const wp = (r * cols) / 2 + b * 16, xp = t * cols + b * 32;
         let B = 0;
@@ -117,7 +116,7 @@ export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float3
         return fr(B * fr(dh[t * nb + b]! * e8m0ToF32(sc[r * nb + b]!)));
       };
       for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
-      acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
+      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
       for (let b = G; b < nb; b++) acc = fr(acc + u(b));
       y[t * rows + r] = acc;
     }
@@ -219,7 +218,7 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
           set(u, f32.mul(f32.convert_i32_s(
             i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
               i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
-            fl(f32x4.mul(v128.load32_splat(get(dk[k]!)), get(pw)), 0))),
+          fl(f32x4.mul(v128.load32_splat(get(dk[k]!)), get(pw)), 0))),
           set(acc, f32.add(get(acc), get(u))),
           set(p2, i32.add(get(p2), i32.const(16))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
           set(e2, i32.add(get(e2), i32.const(1))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
