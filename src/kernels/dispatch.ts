@@ -8,13 +8,13 @@ import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from 
 import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
+import { GiB, MiB } from '../util/format.js';
 
-const GiB = 2 ** 30;
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
 const PER_MEMORY = Math.floor(3.75 * GiB);
 
 /** Kernel memory kept free of sequence state, for the kernels' temporaries (activation copies). */
-const STATE_HEADROOM = 192 * 2 ** 20;
+const STATE_HEADROOM = 192 * MiB;
 
 export class KernelGroup {
   private current = 0;
@@ -28,7 +28,7 @@ export class KernelGroup {
   static async create(weightBytes: number, opts: KernelsOptions): Promise<KernelGroup> {
     const n = Math.max(1, Math.ceil(weightBytes / PER_MEMORY));
     const members: Kernels[] = [];
-    for (let i = 0; i < n; i++) members.push(await createKernels({ ...opts, memoryBytes: Math.min(PER_MEMORY, weightBytes) + 64 * 2 ** 20 }));
+    for (let i = 0; i < n; i++) members.push(await createKernels({ ...opts, memoryBytes: Math.min(PER_MEMORY, weightBytes) + 64 * MiB }));
     return new KernelGroup(members);
   }
 

@@ -28,6 +28,7 @@ import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
+import { formatMiB } from '../util/format.js';
 
 const PAGE = 65536;
 // Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the
@@ -161,7 +162,7 @@ export class Kernels {
       try {
         this.memory.grow(need);
       } catch {
-        throw new RangeError(`kernel memory exhausted: need ${end} bytes, maximum ${(this.memory.buffer.byteLength / 2 ** 20).toFixed(0)} MiB reached`);
+        throw new RangeError(`kernel memory exhausted: need ${end} bytes, maximum ${formatMiB(this.memory.buffer.byteLength)} reached`);
       }
     }
     this.top = end;

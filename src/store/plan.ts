@@ -13,10 +13,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { ModelConfig } from '../checkpoint/config.js';
 import { UserError } from '../util/errors.js';
+import { GiB, MiB, formatBytes } from '../util/format.js';
 import type { Layout } from './layout.js';
-
-const MiB = 2 ** 20;
-const GiB = 2 ** 30;
 
 /** What Node itself, the engine's code and the V8 heap take before any weight (measured ~60 MiB). */
 export const BASELINE_BYTES = 112 * MiB;
@@ -221,12 +219,6 @@ export function resolveBudget(memory: string | undefined, preset: string | undef
   if (p === 'max') return maxBytes();
   if (p === 'auto') return autoBudget();
   return PRESET_BYTES[p];
-}
-
-export function formatBytes(n: number): string {
-  if (n >= GiB) return `${(n / GiB).toFixed(2)} GiB`;
-  if (n >= MiB) return `${(n / MiB).toFixed(1)} MiB`;
-  return `${(n / 1024).toFixed(1)} KiB`;
 }
 
 /** Refuse a budget below the floor, naming the smallest one that works. */
