@@ -8,6 +8,25 @@ import js from '@eslint/js';
 import stylistic from '@stylistic/eslint-plugin';
 import tsParser from '@typescript-eslint/parser';
 
+// Layers of src/, top to bottom: a folder imports its own files and layers below it, never one
+// above (synth and generate sit side by side, as do tokenizer and model). Outside src/kernels the
+// kernels are reached only through kernels/dispatch.ts (the model's Compute) and kernels/fast.ts.
+// Import cycles and orphan files are checked by test/imports.test.ts.
+const LAYERS = ['cli', 'synth', 'generate', 'tokenizer', 'model', 'store', 'checkpoint', 'kernels', 'formats', 'util'];
+const PEERS = { synth: ['generate'], generate: ['synth'], tokenizer: ['model'], model: ['tokenizer'] };
+const layerRules = LAYERS.map((layer, i) => {
+  const above = [...LAYERS.slice(0, i), ...(PEERS[layer] ?? [])];
+  const below = LAYERS.slice(i + 1).filter((l) => !above.includes(l));
+  const patterns = [];
+  if (above.length > 0) {
+    patterns.push({ regex: `^(\\.\\./)+(${above.join('|')})/`, message: `src/${layer} may import only layers below it (${below.join(', ') || 'none'}): see the layer list in eslint.config.js.` });
+  }
+  if (layer !== 'kernels') {
+    patterns.push({ regex: '^(\\.\\./)+kernels/(?!(dispatch|fast)\\.js$)', message: 'outside src/kernels, reach the kernels through kernels/dispatch.ts (or the option types of kernels/fast.ts).' });
+  }
+  return { files: [`src/${layer}/**/*.ts`], rules: { 'no-restricted-imports': ['error', { patterns }] } };
+});
+
 export default [
   { ignores: ['dist/', 'node_modules/', 'bench/llama/', 'test/fixtures/', 'models/'] },
   {
@@ -42,4 +61,5 @@ export default [
       '@stylistic/type-annotation-spacing': 'error',
     },
   },
+  ...layerRules,
 ];
