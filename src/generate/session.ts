@@ -181,8 +181,8 @@ export class ChatSession {
     const drafter = new NgramDrafter();
     let stopped = emit(choose(logits, undefined).id);
     while (!stopped) {
-      const room = Math.min(spec, this.maxTokens - emitted - 1);
-      const drafts = room > 0 && gate.allow() ? drafter.draft(this.history, room) : [];
+      const room = gate.allow(Math.min(spec, this.maxTokens - emitted - 1));
+      const drafts = room > 0 ? drafter.draft(this.history, room) : [];
       const r = await sweep(model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit);
       gate.result(r.drafted, r.accepted);
       decodeTokens += r.emitted;

@@ -58,35 +58,34 @@ export async function sweep(model: Model, state: SequenceState, pending: number,
 }
 
 /**
- * Stops drafting while the drafter keeps missing, so that a useless drafter costs little: after
- * `misses` sweeps in a row with nothing accepted it pauses for 4 steps, then 8, … up to 64; any
- * accepted draft ends the pause schedule.
+ * Stops drafting while the drafter keeps missing, so that a useless drafter costs little: after a
+ * sweep with nothing accepted it pauses for 4 steps, then probes with a single drafted token; each
+ * further miss doubles the pause (up to 64). Any accepted draft restores full drafts.
  */
 export class DraftGate {
-  private missed = 0;
   private pause = 0;
   private wait = 0;
+  private probing = false;
 
-  constructor(readonly misses = 2) {}
-
-  /** Whether this step may draft. */
-  allow(): boolean {
-    if (this.wait === 0) return true;
-    this.wait--;
-    return false;
+  /** How many tokens this step may draft, at most `max` (0: draft nothing). */
+  allow(max: number): number {
+    if (this.wait > 0) {
+      this.wait--;
+      return 0;
+    }
+    return this.probing ? Math.min(1, max) : max;
   }
 
   result(drafted: number, accepted: number): void {
     if (drafted === 0) return;
     if (accepted > 0) {
-      this.missed = 0;
       this.pause = 0;
+      this.probing = false;
       return;
     }
-    if (++this.missed < this.misses) return;
-    this.missed = 0;
     this.pause = Math.min(this.pause ? 2 * this.pause : 4, 64);
     this.wait = this.pause;
+    this.probing = true;
   }
 }
 
@@ -123,8 +122,8 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   while (!stopped) {
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
-    const room = Math.min(opts.spec, n - generated.length - 1);
-    const drafts = room > 0 && gate.allow() ? opts.drafter.draft([...prompt, ...generated], room) : [];
+    const room = gate.allow(Math.min(opts.spec, n - generated.length - 1));
+    const drafts = room > 0 ? opts.drafter.draft([...prompt, ...generated], room) : [];
     const s = performance.now();
     const r = await sweep(model, state, pending, drafts, choose, emit);
     stepSeconds.push((performance.now() - s) / 1000);
