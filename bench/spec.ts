@@ -71,7 +71,7 @@ const PROMPTS = [
 /** Run the table: returns its rows (the caller prints them). */
 export async function specBench(o: SpecBenchOptions): Promise<SpecBenchResult> {
   const log = o.log ?? (() => {});
-  const s = await synthCheckpoint({ arch: 'k3', preset: 'k3-medium', out: o.dir, layers: o.layers });
+  const s = await synthCheckpoint({ arch: 'k3', preset: 'k3-medium', out: o.dir, layers: o.layers, force: true });
   log(`checkpoint ${o.dir}: ${formatGB(s.bytes)}${s.skipped ? ' (already there)' : ''}`);
   const plan = Model.plan(o.dir, { budget: 0, ctx: 256 });
   const budget = Math.max(plan.floorBytes, Math.floor(s.bytes * o.fraction));

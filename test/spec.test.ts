@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { GOLDEN, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
@@ -18,6 +19,9 @@ import { acceptDraft } from '../src/generate/spec-sample.js';
 import { Sampler } from '../src/generate/sampling.js';
 import { RunRecorder } from '../src/generate/report.js';
 import { FsReader, type ByteReader } from '../src/store/store.js';
+import { ChatSession } from '../src/generate/session.js';
+import { synthCheckpoint } from '../src/synth/synth.js';
+import { demoTokenizerFiles, loadTokenizer } from '../src/tokenizer/index.js';
 
 const CASES = ['k2-yarn', 'k2-thinking-int4', 'kimi-linear', 'k3'];
 const SMALL_PIECE = 8 * 1024;
@@ -220,4 +224,34 @@ test('drafters and the gate: n-gram lookup, replay shares, stop drafting while m
   assert.deepEqual(Array.from({ length: 9 }, () => g.allow(4)), [0, 0, 0, 0, 0, 0, 0, 0, 1], 'another miss: the pause doubles');
   g.result(1, 1);
   assert.equal(g.allow(4), 4, 'a hit restores full drafts');
+});
+
+test('k3 chat with --spec 4: the same greedy replies and state as --spec 0, over several turns', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-spec-'));
+  try {
+    const dir = path.join(tmp, 'demo');
+    await synthCheckpoint({ arch: 'k3', preset: 'demo', out: dir, extraFiles: demoTokenizerFiles() });
+    const model = Model.open(dir, { ctx: 256 });
+    const tok = await loadTokenizer(dir);
+    const sessions = [0, 4].map((spec) => new ChatSession(model, tok, { maxTokens: 8, ignoreEos: true, spec }));
+    let sweeps = 0;
+    const forward = model.forward.bind(model);
+    model.forward = async (state, ids, rows, chunk) => {
+      if (state === sessions[1]!.state && rows === 'all') sweeps++;
+      return forward(state, ids, rows, chunk);
+    };
+    // a long first message: many distinct ids in the history for the n-gram drafter to find
+    const long = Array.from({ length: 30 }, (_, i) => `w${i * 7} ${String.fromCharCode(65 + (i % 26))}`).join(' ');
+    for (const text of [long, 'Hello there']) {
+      const a = await sessions[0]!.turn(text); // one forward at a time: a store serves one pass
+      const b = await sessions[1]!.turn(text);
+      assert.deepEqual(b.ids, a.ids, `reply to ${text}`);
+      assert.ok(stateBytes(sessions[1]!.state).equals(stateBytes(sessions[0]!.state)), `state after ${text}`);
+      assert.equal(b.rebuilt, null);
+    }
+    assert.ok(sweeps > 0, 'the n-gram drafter found drafts in the conversation');
+    await model.close();
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
 });

@@ -91,7 +91,9 @@ wins) unless --temperature > 0. Without --chat, generation is not stopped at EOS
 MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run report
 (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
 JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
-(stop_reason: stop_token, stop_string or max_tokens).
+(stop_reason: stop_token, stop_string or max_tokens); with --spec also "spec": {sweeps, drafted,
+accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted, emitted,
+gb_read_per_emitted_token.
 
   --tok DIR         tokenizer directory (default: MODEL)
   --max-tokens N    tokens to generate at most (alias: --gen; default 16)
