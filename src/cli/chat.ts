@@ -49,6 +49,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, thinking: { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
     const dir = positionals[0]!;
     const maxTokens = parseIntFlag('chat', 'max-tokens', values['max-tokens'], 512, 1);
+    const spec = parseIntFlag('chat', 'spec', values.spec, 0, 0);
     const sampling = samplingFromFlags('chat', values);
     new Sampler(sampling); // check the ranges before loading anything
     const tokDir = values.tok ?? dir;
@@ -64,6 +65,7 @@ ${MODEL_HELP}`,
         ignoreEos: values['ignore-eos'] ?? false,
         chunk,
         thinking: values.thinking ?? false,
+        spec,
       });
       if (values.load !== undefined) {
         const l = session.load(values.load);

@@ -4,6 +4,9 @@ import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
 import { greedy } from '../generate/greedy.js';
+import { NgramDrafter } from '../generate/draft.js';
+import { speculative } from '../generate/spec.js';
+import { acceptDraft } from '../generate/spec-sample.js';
 import { RunRecorder, formatSummary } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
 import { TextStopper, usableStopIds } from '../generate/stop.js';
@@ -24,6 +27,7 @@ export const SAMPLING_OPTIONS = {
   stop: { type: 'string', multiple: true },
   'max-tokens': { type: 'string' },
   'ignore-eos': { type: 'boolean' },
+  spec: { type: 'string' },
 } as const;
 
 export const SAMPLING_HELP = `sampling options (applied in llama.cpp's order: penalties, top-k, top-p, min-p, temperature):
@@ -37,7 +41,10 @@ export const SAMPLING_HELP = `sampling options (applied in llama.cpp's order: pe
   --frequency-penalty A  subtract A times its count from the logit of every seen token (default 0)
   --seed N               seed of the random draws (default 0): same seed and flags, same text
   --stop STRING          stop when the text contains STRING (repeatable; matched across tokens, not printed)
-  --ignore-eos           do not stop at the end-of-message / eos tokens`;
+  --ignore-eos           do not stop at the end-of-message / eos tokens
+  --spec N               speculative decoding: draft up to N tokens by n-gram lookup in the text so
+                         far, verify them in one forward (default 0 = off); greedy output is the same
+                         bytes, sampled output keeps its distribution (same text for a seed)`;
 
 export interface SamplingFlags {
   temperature?: string;
@@ -84,7 +91,9 @@ wins) unless --temperature > 0. Without --chat, generation is not stopped at EOS
 MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run report
 (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
 JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
-(stop_reason: stop_token, stop_string or max_tokens).
+(stop_reason: stop_token, stop_string or max_tokens); with --spec also "spec": {sweeps, drafted,
+accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted, emitted,
+gb_read_per_emitted_token.
 
   --tok DIR         tokenizer directory (default: MODEL)
   --max-tokens N    tokens to generate at most (alias: --gen; default 16)
@@ -107,6 +116,7 @@ ${MODEL_HELP}`,
     if (values.gen !== undefined && values['max-tokens'] !== undefined && values.gen !== values['max-tokens']) throw new UserError('run: --gen and --max-tokens disagree (they are the same option)');
     const gen = parseIntFlag('run', values['max-tokens'] !== undefined ? 'max-tokens' : 'gen', values['max-tokens'] ?? values.gen, 16, 1);
     const sampler = new Sampler(samplingFromFlags('run', values));
+    const spec = parseIntFlag('run', 'spec', values.spec, 0, 0);
     if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
     if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
     const tokDir = values.tok ?? dir;
@@ -143,10 +153,15 @@ ${MODEL_HELP}`,
       const stopper = new TextStopper(tok, { stopIds, stopStrings, maxTokens: gen });
       const rec = new RunRecorder(model.store);
       const V = cfg.vocabSize;
-      const r = await greedy(model, model.newState(), ids, gen, {
+      const history = (generated: readonly number[]): number[] => (sampler.opts.repetitionPenalty === 1 && sampler.opts.presencePenalty === 0 && sampler.opts.frequencyPenalty === 0 ? [] : [...ids, ...generated]);
+      const generate = spec > 0 ? speculative : greedy;
+      const r = await generate(model, model.newState(), ids, gen, {
+        spec,
+        drafter: new NgramDrafter(),
+        accept: (logits, draft, generated) => acceptDraft(sampler, logits, draft, history(generated), V),
         chunk,
         recorder: rec,
-        pick: (logits, generated) => sampler.sample(logits, sampler.opts.repetitionPenalty === 1 && sampler.opts.presencePenalty === 0 && sampler.opts.frequencyPenalty === 0 ? [] : [...ids, ...generated], V),
+        pick: (logits, generated) => sampler.sample(logits, history(generated), V),
         onToken: (id) => {
           const { text: t, stop } = stopper.push(id);
           if (!values.json) process.stdout.write(tok ? t : `${id} `);

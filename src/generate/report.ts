@@ -12,6 +12,20 @@ export interface StepReport {
   expert_hit_rate: number | null;
   gb_read: number;
   tokens_per_second: number;
+  /** Speculative sweeps (--spec): tokens drafted, accepted, emitted, and GB read per emitted token. */
+  drafted?: number;
+  accepted?: number;
+  emitted?: number;
+  gb_read_per_emitted_token?: number;
+}
+
+/** Speculative decoding totals over the decode steps (sweeps). */
+export interface SpecReport {
+  sweeps: number;
+  drafted: number;
+  accepted: number;
+  acceptance: number | null;
+  tokens_per_sweep: number;
 }
 
 export interface RunSummary {
@@ -25,6 +39,7 @@ export interface RunSummary {
   peak_rss_bytes: number;
   budget_bytes: number;
   floor_bytes: number;
+  spec?: SpecReport;
 }
 
 function snap(s: StoreStats): StoreStats {
@@ -44,6 +59,8 @@ export class RunRecorder {
   readonly steps: StepReport[] = [];
   prefillSeconds = 0;
   prefillTokens = 0;
+  /** Set by sweepDone: speculative totals, and the ids emitted beyond one per step. */
+  private spec: { drafted: number; accepted: number; extra: number } | null = null;
 
   constructor(private readonly store: WeightStore) {
     this.last = snap(store.stats);
@@ -85,13 +102,25 @@ export class RunRecorder {
     return s;
   }
 
+  /** Call after step() for a speculative sweep: what it drafted, accepted and emitted. */
+  sweepDone(drafted: number, accepted: number, emitted: number): void {
+    const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0 });
+    sp.drafted += drafted;
+    sp.accepted += accepted;
+    sp.extra += emitted - 1;
+    const s = this.steps[this.steps.length - 1];
+    if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted });
+  }
+
   summary(): RunSummary {
-    const n = Math.max(1, this.steps.length);
+    const sp = this.spec;
+    const emitted = this.steps.length + (sp?.extra ?? 0);
+    const n = Math.max(1, emitted);
     const s = this.store.stats;
     const d = this.decodeStart;
     const wall = (performance.now() - this.decodeT0) / 1000;
     const decodeSec = this.steps.reduce((a, b) => a + b.seconds, 0);
-    const spt = this.steps.length ? decodeSec / this.steps.length : this.prefillSeconds;
+    const spt = emitted ? decodeSec / emitted : this.prefillSeconds;
     return {
       steps: this.steps,
       prefill_tokens: this.prefillTokens,
@@ -107,6 +136,7 @@ export class RunRecorder {
       peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
       budget_bytes: this.store.plan.budgetBytes,
       floor_bytes: this.store.plan.floorBytes,
+      ...(sp ? { spec: { sweeps: this.steps.length, drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.drafted ? sp.accepted / sp.drafted : null, tokens_per_sweep: this.steps.length ? emitted / this.steps.length : 0 } } : {}),
     };
   }
 }
@@ -116,6 +146,7 @@ export function formatSummary(r: RunSummary): string {
   return [
     `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s)`,
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
+    ...(r.spec ? [`spec    ${r.spec.accepted} of ${r.spec.drafted} drafted tokens accepted; ${r.spec.tokens_per_sweep.toFixed(2)} tokens per sweep`] : []),
     `read    ${(g.trunk * 1e3).toFixed(2)} MB trunk + ${(g.experts * 1e3).toFixed(2)} MB experts + ${(g.embeddings * 1e6).toFixed(1)} kB embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time`,
     `memory  peak RSS ${formatMiB(r.peak_rss_bytes)} (budget ${formatMiB(r.budget_bytes)}, floor ${formatMiB(r.floor_bytes)})`,
   ].join('\n');

@@ -18,6 +18,9 @@ import { UserError } from '../util/errors.js';
 import { Sampler, deriveSeed, type SamplingOptions } from './sampling.js';
 import { loadState, saveState, type LoadedState } from './state-file.js';
 import { TextStopper, usableStopIds, type StopReason } from './stop.js';
+import { NgramDrafter } from './draft.js';
+import { DraftGate, sweep, type Choose } from './spec.js';
+import { acceptDraft } from './spec-sample.js';
 
 export interface SessionOptions {
   /** Chat format: default K3 for K3 models, else K2 (Kimi Linear shares K2's). */
@@ -34,6 +37,8 @@ export interface SessionOptions {
   chunk?: number;
   /** K3: open the reply with `think` instead of `response`. */
   thinking?: boolean;
+  /** Speculative decoding: most tokens drafted per step by n-gram lookup in the conversation (default 0 = off). */
+  spec?: number;
 }
 
 /** Set `aborted` (e.g. from a SIGINT handler) to stop the turn at the next token. */
@@ -155,19 +160,33 @@ export class ChatSession {
     this.sampler.reseed(deriveSeed(this.sampler.opts.seed, target.length));
     const t1 = performance.now();
     let decodeTokens = 0;
-    for (;;) {
-      const id = this.sampler.sample(logits, this.history, V);
+    let emitted = 0;
+    const emit = (id: number): boolean => {
+      emitted++;
       this.history.push(id);
       const r = stopper.push(id);
       if (r.text) io.onText?.(r.text);
-      if (r.stop) break;
+      if (r.stop) return true;
       if (abort.aborted) {
         const rest = stopper.finish('interrupted');
         if (rest) io.onText?.(rest);
-        break;
+        return true;
       }
-      logits = await model.forward(this.state, [id], 'last');
-      decodeTokens++;
+      return false;
+    };
+    // The id at each position: sampled, or (speculation) a draft decided by the acceptance rule.
+    const choose: Choose = (l, draft) => (draft === undefined ? { id: this.sampler.sample(l, this.history, V), accepted: false } : acceptDraft(this.sampler, l, draft, this.history, V));
+    const spec = this.opts.spec ?? 0;
+    const gate = new DraftGate();
+    const drafter = new NgramDrafter();
+    let stopped = emit(choose(logits, undefined).id);
+    while (!stopped) {
+      const room = gate.allow(Math.min(spec, this.maxTokens - emitted - 1));
+      const drafts = room > 0 ? drafter.draft(this.history, room) : [];
+      const r = await sweep(model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit);
+      gate.result(r.drafted, r.accepted);
+      decodeTokens += r.emitted;
+      stopped = r.stopped;
       await yieldToEvents();
     }
     const decodeSeconds = (performance.now() - t1) / 1000;

@@ -12,7 +12,7 @@ import { mlaForward, type MlaParams } from './mla.js';
 import { moeForward, type MoeParams } from './moe.js';
 import { gatedMlp, linear, rmsNorm } from './ops.js';
 import { makeRope, yarnScaleFactor } from './rope.js';
-import type { SequenceState } from './state.js';
+import { SequenceState, type Batch } from './state.js';
 import { denseMlpWeights, expertFetch, kdaWeights, mlaWeights, moeWeights } from './weights.js';
 
 export interface Block {
@@ -65,10 +65,11 @@ export async function layerNorm(b: Block, name: string, x: Float32Array, T: numb
   return rmsNorm(x, T, D, w, b.cfg.rmsNormEps);
 }
 
-/** Attention block of layer l on normalized input xn [T, D]. */
-export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.compute, b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, state.kda[l]!);
-  return mlaForward(b.compute, b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, state.mla[l]!);
+/** Attention block of layer l on normalized input xn [T, D]: one sequence, or a batch of them (rows back to back, each its own state). */
+export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState | Batch): Promise<Float32Array> {
+  const seqs = state instanceof SequenceState ? [{ state, T }] : state;
+  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.compute, b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
+  return mlaForward(b.compute, b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
 }
 
 /** FFN block of layer l on normalized input xn [T, D]. */

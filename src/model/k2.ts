@@ -3,10 +3,10 @@
 
 import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';
 import { addInPlace } from './ops.js';
-import type { SequenceState } from './state.js';
+import type { Batch, SequenceState } from './state.js';
 
 /** Forward T new tokens; returns logits [rows.length, V] for the requested chunk rows. */
-export async function forwardK2(b: Block, state: SequenceState, ids: number[], rows: number[]): Promise<Float32Array> {
+export async function forwardK2(b: Block, state: SequenceState | Batch, ids: number[], rows: number[]): Promise<Float32Array> {
   const T = ids.length;
   const h = await embed(b, ids);
   for (let l = 0; l < b.cfg.numLayers; l++) {

@@ -6,7 +6,7 @@ import type { AttnResNames } from '../checkpoint/names.js';
 import { attnResMix, foldWeights } from './attnres.js';
 import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';
 import { add } from './ops.js';
-import type { SequenceState } from './state.js';
+import type { Batch, SequenceState } from './state.js';
 
 async function fold(b: Block, n: AttnResNames): Promise<Float32Array> {
   const D = b.cfg.hiddenSize;
@@ -17,7 +17,7 @@ async function fold(b: Block, n: AttnResNames): Promise<Float32Array> {
  * Layer l (S1–S8) for T tokens: `p` is the previous layer's output [T, D]; `B` the snapshots
  * (each [T, D]), appended to at block boundaries. Returns the layer's output.
  */
-export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Array[], T: number, state: SequenceState): Promise<Float32Array> {
+export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Array[], T: number, state: SequenceState | Batch): Promise<Float32Array> {
   const { cfg } = b;
   const D = cfg.hiddenSize;
   const eps = cfg.rmsNormEps;
@@ -34,7 +34,7 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   return add(prefix, f);
 }
 
-export async function forwardK3(b: Block, state: SequenceState, ids: number[], rows: number[]): Promise<Float32Array> {
+export async function forwardK3(b: Block, state: SequenceState | Batch, ids: number[], rows: number[]): Promise<Float32Array> {
   const { cfg } = b;
   const T = ids.length;
   let p = await embed(b, ids);

@@ -48,6 +48,20 @@ export interface KdaState {
    * was allocated in kernel memory (the WebAssembly step then copies nothing); null otherwise.
    */
   work: Float32Array | null;
+  /** While a speculative sweep runs (startKdaSweep): what rolling it back needs. */
+  sweep?: KdaSweep | null;
+}
+
+/**
+ * What a speculative sweep keeps so that it can be cut back to its first tokens without reading
+ * a weight again (issue 9): S and the conv tails from before the sweep, and per token the vectors
+ * the recurrence consumed (q, k, v, α [P each], β [H]) and the conv tails after it.
+ */
+export interface KdaSweep {
+  S0: Float32Array;
+  conv0: Float32Array;
+  steps: Float32Array[];
+  tails: Float32Array[];
 }
 
 /** Allocates zero-filled f32 arrays (e.g. in kernel memory: KernelGroup.allocF32). */
@@ -146,28 +160,52 @@ function l2Heads(x: Float32Array, heads: number, d: number, scale: number): void
   }
 }
 
-/** KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. */
-export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState): Promise<Float32Array> {
+/** One sequence's rows of a batched KDA call: `T` consecutive rows advancing `state`. */
+export interface KdaPart {
+  T: number;
+  state: KdaState;
+}
+
+/**
+ * KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. Given parts
+ * (several sequences' rows back to back), the projections run once over all rows (each weight
+ * read once) and each part's recurrence on its own state; each row's numbers are as if alone.
+ */
+export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState | readonly KdaPart[]): Promise<Float32Array> {
   const H = p.heads;
   const d = p.headDim;
   const P = H * d;
-  const W = p.convSize;
   // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
   const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
   const [qr, kr, vr, fa, beta, g] = (await linearMany(c, [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
   const [z, gb] = await linearMany(c, [{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
   const gamma = gb ?? g!;
+  const y = new Float32Array(T * P);
+  const parts = 'S' in state ? [{ T, state }] : state;
+  let r0 = 0;
+  for (const part of parts) {
+    kdaRecurrence(c, p, w, { qr, kr, vr, z, beta, gamma }, r0, part.T, part.state, y);
+    r0 += part.T;
+  }
+  return linear(c, w.o, y, T);
+}
 
+/** Rows [r0, r0 + T) of the projections through conv, recurrence and gated norm, into y. */
+function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' | 'kr' | 'vr' | 'z' | 'beta' | 'gamma', Float32Array>, r0: number, T: number, state: KdaState, y: Float32Array): void {
+  const H = p.heads;
+  const d = p.headDim;
+  const P = H * d;
+  const W = p.convSize;
+  const { qr, kr, vr, z, beta, gamma } = pr;
   const work = state.work ?? new Float32Array(5 * P + H);
   const q = work.subarray(0, P), k = work.subarray(P, 2 * P), v = work.subarray(2 * P, 3 * P);
   const alpha = work.subarray(3 * P, 4 * P);
   const o = work.subarray(4 * P, 5 * P);
   const betas = work.subarray(5 * P, 5 * P + H);
-  const u = new Float32Array(d);
-  const y = new Float32Array(T * P);
   const tailLen = (W - 1) * P;
   const qScale = 1 / Math.sqrt(d);
-  for (let t = 0; t < T; t++) {
+  for (let i = 0; i < T; i++) {
+    const t = r0 + i;
     shortConvStep(qr, t * P, w.qConv, state.conv, 0, P, W, q, 0);
     shortConvStep(kr, t * P, w.kConv, state.conv, tailLen, P, W, k, 0);
     shortConvStep(vr, t * P, w.vConv, state.conv, 2 * tailLen, P, W, v, 0);
@@ -175,10 +213,14 @@ export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Flo
     l2Heads(k, H, d, 1);
     kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
     for (let h = 0; h < H; h++) betas[h] = sigmoid(beta[t * H + h]!); // rounded to f32 by the store
-    // All heads at once in WebAssembly when S lives in kernel memory, else the reference per head.
-    if (!c.kdaStep(state.S, q, k, v, alpha, betas, o, H, d)) {
-      for (let h = 0; h < H; h++) kdaRecurStep(state.S, h * d * d, d, q, k, v, alpha, betas[h]!, o, h * d, u);
+    if (state.sweep) {
+      const rec = new Float32Array(4 * P + H);
+      rec.set(work.subarray(0, 4 * P));
+      rec.set(betas, 4 * P);
+      state.sweep.steps.push(rec);
+      state.sweep.tails.push(state.conv.slice());
     }
+    recurStep(c, state.S, q, k, v, alpha, betas, o, H, d);
     // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (§3.3 P9; norm first, gate second).
     for (let h = 0; h < H; h++) {
       let ss = 0;
@@ -190,5 +232,40 @@ export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Flo
       }
     }
   }
-  return linear(c, w.o, y, T);
+}
+
+/** One token's delta rule on all heads: in WebAssembly when S lives in kernel memory, else the reference per head. */
+function recurStep(c: Compute, S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, betas: Float32Array, o: Float32Array, H: number, d: number): void {
+  if (c.kdaStep(S, q, k, v, alpha, betas, o, H, d)) return;
+  const u = new Float32Array(d);
+  for (let h = 0; h < H; h++) kdaRecurStep(S, h * d * d, d, q, k, v, alpha, betas[h]!, o, h * d, u);
+}
+
+/** Start recording a speculative sweep on `state` (its S and conv tails are copied). */
+export function startKdaSweep(state: KdaState): void {
+  state.sweep = { S0: state.S.slice(), conv0: state.conv.slice(), steps: [], tails: [] };
+}
+
+/**
+ * End the sweep keeping its first `keep` tokens: S and the tails become exactly what running only
+ * those tokens would have left. S is restored and only the recurrence re-run over the kept tokens,
+ * on the vectors the sweep recorded (same inputs, same operations: same bytes; no weight read).
+ */
+export function endKdaSweep(c: Compute, p: KdaParams, state: KdaState, keep: number): void {
+  const sw = state.sweep;
+  state.sweep = null;
+  if (!sw) throw new Error('endKdaSweep without startKdaSweep');
+  if (keep >= sw.steps.length) return;
+  const H = p.heads;
+  const d = p.headDim;
+  const P = H * d;
+  state.S.set(sw.S0);
+  state.conv.set(keep > 0 ? sw.tails[keep - 1]! : sw.conv0);
+  const work = state.work ?? new Float32Array(5 * P + H);
+  for (let t = 0; t < keep; t++) {
+    const s = sw.steps[t]!;
+    work.set(s.subarray(0, 4 * P), 0);
+    work.set(s.subarray(4 * P), 5 * P);
+    recurStep(c, state.S, work.subarray(0, P), work.subarray(P, 2 * P), work.subarray(2 * P, 3 * P), work.subarray(3 * P, 4 * P), work.subarray(5 * P, 5 * P + H), work.subarray(4 * P, 5 * P), H, d);
+  }
 }

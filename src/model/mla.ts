@@ -84,28 +84,59 @@ export class MlaCache {
   }
 }
 
-/** MLA for T tokens of normalized input x [T, D] at positions cache.length …; appends to the cache. */
-export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache): Promise<Float32Array> {
-  const { heads: H, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
+/** One sequence's rows of a batched MLA call: `T` consecutive rows appending to `cache`. */
+export interface MlaPart {
+  T: number;
+  cache: MlaCache;
+}
+
+/**
+ * MLA for T tokens of normalized input x [T, D] at positions cache.length …; appends to the cache.
+ * Given parts (several sequences' rows back to back), the projections run once over all rows and
+ * each part attends over its own cache; each row's numbers are as if alone.
+ */
+export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache | readonly MlaPart[]): Promise<Float32Array> {
+  const { heads: H, ropeDim: dr, vDim: dv } = p;
+  const dq = p.nopeDim + dr;
   // The products of x in one batch (q_a or q_proj, kv_a, the output gate), then q_b.
   const first = 'direct' in w.q ? w.q.direct : w.q.a;
   const [q0, a, g] = await linearMany(c, [first, w.kva, ...(w.gate ? [w.gate] : [])].map((m) => ({ m, x, T })));
   const q = 'direct' in w.q ? q0! : await linear(c, w.q.b, rmsNorm(q0!, T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
-  const p0 = cache.length;
-  cache.reserve(p0 + T);
-  for (let t = 0; t < T; t++) {
-    rmsNorm(a, 1, Lk, w.kvaNorm, p.latentNormEps, cache.lat.subarray((p0 + t) * Lk, (p0 + t + 1) * Lk), t * (Lk + dr));
-    cache.rope.set(a.subarray(t * (Lk + dr) + Lk, (t + 1) * (Lk + dr)), (p0 + t) * dr);
-    if (p.rope) applyRope(p.rope, cache.rope, (p0 + t) * dr, p0 + t);
-  }
-  cache.length = p0 + T;
+  const parts = cache instanceof MlaCache ? [{ T, cache }] : cache;
+  let r0 = 0;
+  const starts = parts.map((part) => {
+    const p0 = part.cache.length;
+    appendLatents(p, w, a!, r0, part.T, part.cache);
+    r0 += part.T;
+    return p0;
+  });
 
   const out = new Float32Array(T * H * dv);
-  await w.kvb.whole((kvb) => attend(c, p, kvb, q, T, p0, cache, out));
+  await w.kvb.whole((kvb) => {
+    let r = 0;
+    parts.forEach((part, i) => {
+      attend(c, p, kvb, q.subarray(r * H * dq, (r + part.T) * H * dq), part.T, starts[i]!, part.cache, out.subarray(r * H * dv, (r + part.T) * H * dv));
+      r += part.T;
+    });
+  });
   if (w.gate) {
     for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g![i]!);
   }
   return linear(c, w.o, out, T);
+}
+
+/** Normalized latents and roped keys of rows [r0, r0 + T) of kv_a's output, appended to the cache. */
+function appendLatents(p: MlaParams, w: MlaWeights, a: Float32Array, r0: number, T: number, cache: MlaCache): void {
+  const { ropeDim: dr, kvLoraRank: Lk } = p;
+  const p0 = cache.length;
+  cache.reserve(p0 + T);
+  for (let i = 0; i < T; i++) {
+    const t = r0 + i;
+    rmsNorm(a, 1, Lk, w.kvaNorm, p.latentNormEps, cache.lat.subarray((p0 + i) * Lk, (p0 + i + 1) * Lk), t * (Lk + dr));
+    cache.rope.set(a.subarray(t * (Lk + dr) + Lk, (t + 1) * (Lk + dr)), (p0 + i) * dr);
+    if (p.rope) applyRope(p.rope, cache.rope, (p0 + i) * dr, p0 + i);
+  }
+  cache.length = p0 + T;
 }
 
 /**

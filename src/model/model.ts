@@ -10,6 +10,7 @@ import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
 import { forwardKimiLinear } from './kimi_linear.js';
+import { endKdaSweep } from './kda.js';
 import { SequenceState, stateSize } from './state.js';
 
 export type LogitRows = 'all' | 'last' | 'none';
@@ -114,6 +115,56 @@ export class Model {
       written += logits.length;
     }
     return out;
+  }
+
+  /**
+   * One forward pass over several sequences, each with its own state and its own new tokens:
+   * every linear layer runs once over all their rows (each weight read once for the batch), and
+   * attention runs per sequence on its own state. Each sequence's logits are the same bytes as
+   * `forward(state, ids, rows)` alone would give. Returns one logits array per sequence.
+   */
+  async forwardBatch(states: readonly SequenceState[], ids: readonly number[][], rows: LogitRows = 'last'): Promise<Float32Array[]> {
+    if (states.length !== ids.length) throw new Error(`forwardBatch: ${states.length} states for ${ids.length} token lists`);
+    if (new Set(states).size !== states.length) throw new Error('forwardBatch: a state appears twice');
+    const V = this.config.vocabSize;
+    const all: number[] = [];
+    const want: number[] = [];
+    const counts: number[] = [];
+    ids.forEach((seq) => {
+      const base = all.length;
+      const w = rows === 'all' ? seq.map((_, t) => base + t) : rows === 'last' && seq.length > 0 ? [base + seq.length - 1] : [];
+      want.push(...w);
+      counts.push(w.length);
+      all.push(...seq);
+    });
+    const logits = await FORWARD[this.config.arch](this.block, states.map((state, i) => ({ state, T: ids[i]!.length })), all, want);
+    states.forEach((s, i) => s.tokens.push(...ids[i]!));
+    let off = 0;
+    return counts.map((n) => logits.slice(off * V, (off += n) * V));
+  }
+
+  /**
+   * Start a speculative sweep on `state`: the forward calls until endSweep record what cutting
+   * them back needs (KDA: the state before, and per token the recurrence's inputs).
+   */
+  startSweep(state: SequenceState): void {
+    state.startSweep();
+  }
+
+  /**
+   * End the sweep keeping only its first `keep` tokens: the state becomes byte for byte what
+   * forwarding those tokens alone would have left. No weight is read: KDA re-runs only its
+   * recurrence over the kept tokens, conv tails are restored, MLA caches truncated.
+   */
+  endSweep(state: SequenceState, keep: number): void {
+    const p0 = state.sweepStart;
+    if (p0 === null) throw new Error('endSweep without startSweep');
+    const n = state.position - p0;
+    if (!Number.isInteger(keep) || keep < 0 || keep > n) throw new Error(`endSweep: keep ${keep} of ${n} tokens`);
+    for (const k of state.kda) if (k) endKdaSweep(this.compute, this.block.kda!, k, keep);
+    for (const m of state.mla) if (m) m.length = p0 + keep;
+    state.tokens.length = p0 + keep;
+    state.sweepStart = null;
   }
 
   async close(): Promise<void> {

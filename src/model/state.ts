@@ -4,13 +4,15 @@
 
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { StateSize } from '../store/plan.js';
-import { kdaStateFloats, newKdaState, type F32Alloc, type KdaState } from './kda.js';
+import { kdaStateFloats, newKdaState, startKdaSweep, type F32Alloc, type KdaState } from './kda.js';
 import { MlaCache, mlaFloatsPerPosition } from './mla.js';
 
 export class SequenceState {
   readonly tokens: number[] = [];
   readonly kda: (KdaState | null)[];
   readonly mla: (MlaCache | null)[];
+  /** Position where the speculative sweep in progress started (Model.startSweep), or null. */
+  sweepStart: number | null = null;
 
   /**
    * @param ctx positions the MLA caches are allocated for up front (they grow past it if needed).
@@ -30,17 +32,32 @@ export class SequenceState {
     return this.tokens.length;
   }
 
+  /** Record what cutting the next forward calls back needs (Model.startSweep / endSweep). */
+  startSweep(): void {
+    if (this.sweepStart !== null) throw new Error('a sweep is already in progress');
+    this.sweepStart = this.position;
+    for (const k of this.kda) if (k) startKdaSweep(k);
+  }
+
   /** Back to the start of a sequence, keeping the memory (state in kernel memory is never freed). */
   clear(): void {
+    this.sweepStart = null;
     for (const k of this.kda) {
       if (!k) continue;
       k.S.fill(0);
       k.conv.fill(0);
+      k.sweep = null;
     }
     for (const m of this.mla) if (m) m.length = 0;
     this.tokens.length = 0;
   }
 }
+
+/**
+ * The sequences of one forward pass (Model.forwardBatch): each with its own state and its number
+ * of rows, back to back in row order.
+ */
+export type Batch = readonly { state: SequenceState; T: number }[];
 
 /**
  * Bytes of one sequence's state, from the same functions that size its allocations (kda.ts

@@ -1,0 +1,136 @@
+// Speculative decoding (issue 9, item 3): draft up to N tokens, verify them in one multi-token
+// forward (each trunk piece read once for the whole sweep), keep the accepted prefix plus the
+// model's own next token, and cut the sequence state back to exactly what token-by-token decode
+// would hold (Model.endSweep: no weight read). Prefill == decode == any chunk size (NUMERICS.md),
+// so the sweep's logits at each position are the bytes decode would give: greedy output is
+// byte-identical to --spec 0.
+
+import type { Model } from '../model/model.js';
+import type { SequenceState } from '../model/state.js';
+import type { Drafter } from './draft.js';
+import { argmax, type GenerateOptions, type GreedyResult } from './greedy.js';
+
+/** The id chosen at a position, and whether it is the draft offered there. */
+export interface Choice {
+  id: number;
+  accepted: boolean;
+}
+
+/** Picks the id at a sweep position given its logits and the draft there (undefined at the last position). */
+export type Choose = (logits: Float32Array, draft: number | undefined) => Choice;
+
+export interface SweepResult {
+  drafted: number;
+  accepted: number;
+  emitted: number;
+  stopped: boolean;
+}
+
+/**
+ * One decode step with speculation: feed `pending` (the last emitted id, not yet in the state)
+ * and `drafts`; emit ids in order through `emit` (true = stop after it) until a draft is refused,
+ * the bonus token is emitted, or emit stops. The state then holds `pending` and the accepted
+ * drafts before the last emitted id, as decode would. With no drafts it is a plain decode step.
+ */
+export async function sweep(model: Model, state: SequenceState, pending: number, drafts: readonly number[], choose: Choose, emit: (id: number) => boolean): Promise<SweepResult> {
+  const V = model.config.vocabSize;
+  const feed = [pending, ...drafts];
+  if (drafts.length === 0) {
+    const logits = await model.forward(state, feed, 'last');
+    return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined).id) };
+  }
+  model.startSweep(state);
+  let emitted = 0, accepted = 0, stopped = false;
+  try {
+    const logits = await model.forward(state, feed, 'all', feed.length);
+    for (let i = 0; i <= drafts.length; i++) {
+      const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i]);
+      emitted++;
+      if (c.accepted) accepted++;
+      stopped = emit(c.id);
+      if (stopped || !c.accepted) break;
+    }
+  } finally {
+    // Keep what emitted ids need: pending and the accepted drafts before the last emitted id.
+    model.endSweep(state, Math.min(emitted, feed.length));
+  }
+  return { drafted: drafts.length, accepted, emitted, stopped };
+}
+
+/**
+ * Stops drafting while the drafter keeps missing, so that a useless drafter costs little: after a
+ * sweep with nothing accepted it pauses for 4 steps, then probes with a single drafted token; each
+ * further miss doubles the pause (up to 64). Any accepted draft restores full drafts.
+ */
+export class DraftGate {
+  private pause = 0;
+  private wait = 0;
+  private probing = false;
+
+  /** How many tokens this step may draft, at most `max` (0: draft nothing). */
+  allow(max: number): number {
+    if (this.wait > 0) {
+      this.wait--;
+      return 0;
+    }
+    return this.probing ? Math.min(1, max) : max;
+  }
+
+  result(drafted: number, accepted: number): void {
+    if (drafted === 0) return;
+    if (accepted > 0) {
+      this.pause = 0;
+      this.probing = false;
+      return;
+    }
+    this.pause = Math.min(this.pause ? 2 * this.pause : 4, 64);
+    this.wait = this.pause;
+    this.probing = true;
+  }
+}
+
+export interface SpecOptions extends GenerateOptions {
+  /** Most tokens drafted per sweep (>= 1). */
+  spec: number;
+  drafter: Drafter;
+  /** Decide a draft from its position's logits (default: accepted when `pick` chooses it). */
+  accept?: (logits: Float32Array, draft: number, generated: readonly number[]) => Choice;
+}
+
+/** `greedy` with speculation: same prefill, then sweeps; the same ids as greedy for a deterministic pick. */
+export async function speculative(model: Model, state: SequenceState, prompt: number[], n: number, opts: SpecOptions): Promise<GreedyResult> {
+  const V = model.config.vocabSize;
+  const pick = opts.pick ?? ((l: Float32Array) => argmax(l, 0, V));
+  const generated: number[] = [];
+  const choose: Choose = (logits, draft) => {
+    if (draft === undefined) return { id: pick(logits, generated), accepted: false };
+    if (opts.accept) return opts.accept(logits, draft, generated);
+    const id = pick(logits, generated);
+    return { id, accepted: id === draft };
+  };
+  const emit = (id: number): boolean => {
+    generated.push(id);
+    return opts.onToken?.(id) === true || generated.length >= n;
+  };
+  const t0 = performance.now();
+  const logits = await model.forward(state, prompt, 'last', opts.chunk);
+  const prefillSeconds = (performance.now() - t0) / 1000;
+  opts.recorder?.prefillDone(prompt.length);
+  const stepSeconds: number[] = [];
+  const gate = new DraftGate();
+  let stopped = emit(choose(logits, undefined).id);
+  while (!stopped) {
+    const pending = generated[generated.length - 1]!;
+    // a sweep emits at most drafts + 1 ids: never draft past the token limit
+    const room = gate.allow(Math.min(opts.spec, n - generated.length - 1));
+    const drafts = room > 0 ? opts.drafter.draft([...prompt, ...generated], room) : [];
+    const s = performance.now();
+    const r = await sweep(model, state, pending, drafts, choose, emit);
+    stepSeconds.push((performance.now() - s) / 1000);
+    gate.result(r.drafted, r.accepted);
+    opts.recorder?.step(pending);
+    opts.recorder?.sweepDone(r.drafted, r.accepted, r.emitted);
+    stopped = r.stopped;
+  }
+  return { generated, prefillSeconds, stepSeconds };
+}
