@@ -50,6 +50,12 @@
 // A tensor's bytes are at files[record.file] offset record.offset + offset_in_record; an expert
 // tensor's at experts.files[at[prefix][0]] offset at[prefix][1] + template.offset.
 //
+// Version 2 (written by `k3 pack --compress`; otherwise packs stay version 1): a BF16 trunk matrix
+// may carry `encoding: { code: "bf16-exp-nibble", block_rows, stored_bytes, blocks }` and is then
+// stored coded (src/kernels/bf16-code.ts): blocks of block_rows rows, back to back from
+// offset_in_record, `blocks` the base64 of each block's stored length (u32 little-endian);
+// nbytes stays the raw size. Records and their sha256 cover the bytes as stored.
+//
 // `indexCheckpointDir` (dir.ts) calls `readPackedDir` when a directory holds packed.json,
 // so every command that opens a model accepts a packed directory.
 
@@ -58,9 +64,12 @@ import * as path from 'node:path';
 import { ReadError, UserError } from '../util/errors.js';
 import { DTYPE_BYTES, isDType, type DType } from '../formats/dtypes.js';
 import type { TensorEntry } from './safetensors.js';
+import { CODE_NAME } from '../kernels/fast.js';
 
 export const PACK_FORMAT = 'kimi-k3-ts packed';
 export const PACK_VERSION = 1;
+/** The version of a pack with coded tensors (`encoding`); older builds refuse it rather than misread it. */
+export const PACK_VERSION_CODED = 2;
 export const MANIFEST_NAME = 'packed.json';
 export const PACK_ALIGN = 4096;
 
@@ -84,6 +93,15 @@ export interface PackedTensor {
   record: number;
   offset_in_record: number;
   nbytes: number;
+  encoding?: TensorEncoding;
+}
+
+export interface TensorEncoding {
+  code: string;
+  block_rows: number;
+  stored_bytes: number;
+  /** Base64 of each block's stored length, u32 little-endian. */
+  blocks: string;
 }
 
 export interface ExpertTemplateItem {
@@ -117,7 +135,7 @@ export interface PackManifest {
   source: string;
   config_sha256: string;
   arch: string;
-  options: { max_record: number; file_size: number; experts: ExpertsMode };
+  options: { max_record: number; file_size: number; experts: ExpertsMode; compress?: true };
   source_shards: SourceShard[];
   files: { name: string; size: number }[];
   records: PackedRecord[];
@@ -143,7 +161,7 @@ export function readManifest(dir: string): PackManifest {
     throw new ReadError(`${file}: cannot read (${errCode(e)})`);
   }
   if (!m || typeof m !== 'object' || m.format !== PACK_FORMAT) throw new UserError(`${file}: not a kimi-k3-ts pack manifest`);
-  if (m.version !== PACK_VERSION) throw new UserError(`${file}: pack version ${m.version} is not supported (this build reads version ${PACK_VERSION}); repack with k3 pack`);
+  if (m.version !== PACK_VERSION && m.version !== PACK_VERSION_CODED) throw new UserError(`${file}: pack version ${m.version} is not supported (this build reads versions ${PACK_VERSION} and ${PACK_VERSION_CODED}); repack with k3 pack`);
   if (!Array.isArray(m.files) || !Array.isArray(m.records) || typeof m.tensors !== 'object' || m.tensors === null) {
     throw new UserError(`${file}: manifest lacks files / records / tensors`);
   }
@@ -155,6 +173,32 @@ function checkTensorShape(where: string, name: string, dtype: unknown, shape: un
   if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new UserError(`${where}: tensor ${name}: bad shape ${JSON.stringify(shape)}`);
   const want = (shape as number[]).reduce((a, b) => a * b, 1) * DTYPE_BYTES[dtype];
   if (nbytes !== want) throw new UserError(`${where}: tensor ${name}: ${String(nbytes)} bytes != shape ${JSON.stringify(shape)} x ${dtype} (${want})`);
+}
+
+/** A coded tensor's block table, checked: every block no bigger stored than raw, the lengths adding up. */
+function checkEncoding(where: string, name: string, t: PackedTensor): NonNullable<TensorEntry['coded']> {
+  const enc = t.encoding!;
+  const bad = (what: string): never => {
+    throw new UserError(`${where}: tensor ${name}: ${what}`);
+  };
+  if (enc === null || typeof enc !== 'object' || enc.code !== CODE_NAME) bad(`unknown encoding ${JSON.stringify(enc)}`);
+  if (t.dtype !== 'BF16' || t.shape.length !== 2) bad('only 2-D BF16 tensors can be coded');
+  const [rows, cols] = t.shape as [number, number];
+  if (!Number.isSafeInteger(enc.block_rows) || enc.block_rows < 1) bad(`bad block_rows ${JSON.stringify(enc.block_rows)}`);
+  const raw = typeof enc.blocks === 'string' ? Buffer.from(enc.blocks, 'base64') : Buffer.alloc(1);
+  const nBlocks = Math.ceil(rows / enc.block_rows);
+  if (raw.byteLength !== 4 * nBlocks) bad(`block table holds ${Math.floor(raw.byteLength / 4)} blocks, ${rows} rows in blocks of ${enc.block_rows} make ${nBlocks}`);
+  const stored: number[] = [];
+  let sum = 0;
+  for (let b = 0; b < nBlocks; b++) {
+    const s = raw.readUInt32LE(4 * b);
+    const rawBytes = 2 * cols * (Math.min(rows, (b + 1) * enc.block_rows) - b * enc.block_rows);
+    if (s > rawBytes) bad(`block ${b} is stored in ${s} bytes, more than its ${rawBytes} raw bytes`);
+    stored.push(s);
+    sum += s;
+  }
+  if (sum !== enc.stored_bytes) bad(`blocks add up to ${sum} bytes, stored_bytes says ${enc.stored_bytes}`);
+  return { blockRows: enc.block_rows, stored, storedBytes: sum };
 }
 
 /** Where the in-place experts' shards are: relative to OUT first (moved together), then the absolute source. */
@@ -190,8 +234,9 @@ export function readPackedDir(dir: string): Map<string, TensorEntry> {
   for (const [name, t] of Object.entries(m.tensors)) {
     checkTensorShape(where, name, t.dtype, t.shape, t.nbytes);
     const r = m.records[t.record];
-    if (!r || t.offset_in_record < 0 || t.offset_in_record + t.nbytes > r.length) throw new UserError(`${where}: tensor ${name} lies outside its record`);
-    map.set(name, { name, file: recFile[t.record]!, dtype: t.dtype, shape: t.shape, offset: r.offset + t.offset_in_record, nbytes: t.nbytes });
+    const coded = t.encoding !== undefined ? checkEncoding(where, name, t) : undefined;
+    if (!r || t.offset_in_record < 0 || t.offset_in_record + (coded?.storedBytes ?? t.nbytes) > r.length) throw new UserError(`${where}: tensor ${name} lies outside its record`);
+    map.set(name, { name, file: recFile[t.record]!, dtype: t.dtype, shape: t.shape, offset: r.offset + t.offset_in_record, nbytes: t.nbytes, ...(coded ? { coded } : {}) });
   }
   const ex = m.experts;
   if (ex) {

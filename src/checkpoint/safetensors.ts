@@ -15,6 +15,11 @@ export interface TensorEntry {
   shape: number[];
   offset: number;
   nbytes: number;
+  /**
+   * Set for a BF16 matrix a packed directory stores coded (`k3 pack --compress`, kernels/bf16-code.ts):
+   * `offset` is where its first block starts, `nbytes` stays the raw size.
+   */
+  coded?: { blockRows: number; stored: number[]; storedBytes: number };
 }
 
 const MAX_HEADER_BYTES = 100 * 1024 * 1024;

@@ -481,3 +481,7 @@ export class Kernels {
 export function createKernels(opts: KernelsOptions = {}): Promise<Kernels> {
   return Kernels.create(opts);
 }
+
+// The bf16 block code of `k3 pack --compress`: encoder, reference and WebAssembly decoders.
+export { bf16Decoder } from './wasm/bf16-decode.js';
+export { CODE_NAME, REF_DECODER, blockRowsFor, decodeRunInPlace, encodeBlock, runRawBytes, runStoredBytes, type BlockDecoder, type CodedRun } from './bf16-code.js';

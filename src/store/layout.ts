@@ -12,6 +12,7 @@ import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { expertLayout, namesOf, trunkOrder } from '../checkpoint/names.js';
 import { UserError } from '../util/errors.js';
+import { runRawBytes, type CodedRun } from '../kernels/fast.js';
 
 export interface Range {
   file: string;
@@ -33,6 +34,8 @@ export interface Piece {
   data: Range;
   scale: Range | null;
   bytes: number;
+  /** Set when the rows are stored coded (k3 pack --compress): `data` is the stored bytes, decoded to bytes - scale. */
+  code?: CodedRun;
 }
 
 export interface TrunkMatrixLayout {
@@ -59,6 +62,8 @@ export interface Layout {
   sequence: Piece[];
   trunkBytes: number;
   maxPieceBytes: number;
+  /** Largest raw block of a coded trunk matrix (0: nothing coded): sizes the decoder's memory. */
+  maxCodedBlockBytes: number;
   /** Names and byte sizes of the small always-resident tensors. */
   smalls: Map<string, TensorEntry>;
   smallBytes: number;
@@ -105,6 +110,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
   const used = new Set<string>();
   let trunkBytes = 0;
   let maxPieceBytes = 0;
+  let maxCodedBlockBytes = 0;
   const markUsed = (p: LinearParts) => {
     used.add(p.data.name);
     if (p.scale) used.add(p.scale.name);
@@ -120,11 +126,15 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     const perRow = rb.data + rb.scale;
     let step = m.whole ? m.rows : Math.max(1, Math.floor(maxPiece / perRow));
     if (p.format === 'fp8' && step < m.rows) step = Math.max(128, step - (step % 128));
+    const coded = p.data.coded;
+    if (coded && step < m.rows) step = Math.max(coded.blockRows, step - (step % coded.blockRows)); // pieces are whole blocks
+    if (coded) maxCodedBlockBytes = Math.max(maxCodedBlockBytes, 2 * coded.blockRows * m.cols);
     const pieces: Piece[] = [];
     for (let r0 = 0; r0 < m.rows; r0 += step) {
       const r1 = Math.min(m.rows, r0 + step);
-      const { data, scale } = rowBlock(p, r0, r1);
-      const piece: Piece = { seq: sequence.length, base: m.base, format: p.format, scaleDtype: p.scaleDtype, rows: m.rows, cols: m.cols, r0, r1, data, scale, bytes: data.length + (scale?.length ?? 0) };
+      const { data, scale } = coded ? codedBlock(p.data, r0, r1) : rowBlock(p, r0, r1);
+      const code = coded ? codedRun(p.data, m.cols, r0, r1, data.offset) : undefined;
+      const piece: Piece = { seq: sequence.length, base: m.base, format: p.format, scaleDtype: p.scaleDtype, rows: m.rows, cols: m.cols, r0, r1, data, scale, bytes: code ? runRawBytes(code) : data.length + (scale?.length ?? 0), code };
       pieces.push(piece);
       sequence.push(piece);
       trunkBytes += piece.bytes;
@@ -176,12 +186,30 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     smalls.set(name, e);
     smallBytes += e.nbytes;
   }
-  return { matrices, sequence, trunkBytes, maxPieceBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+  return { matrices, sequence, trunkBytes, maxPieceBytes, maxCodedBlockBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+}
+
+/** The stored blocks of rows [r0, r1) of a coded matrix (r0 and r1 on block boundaries, or r1 = rows). */
+function codedBlock(e: TensorEntry, r0: number, r1: number): { data: Range; scale: null } {
+  const c = e.coded!;
+  const b0 = r0 / c.blockRows, b1 = Math.ceil(r1 / c.blockRows);
+  let off = 0;
+  for (let b = 0; b < b0; b++) off += c.stored[b]!;
+  let len = 0;
+  for (let b = b0; b < b1; b++) len += c.stored[b]!;
+  return { data: { file: e.file, offset: e.offset + off, length: len }, scale: null };
+}
+
+function codedRun(e: TensorEntry, cols: number, r0: number, r1: number, offset: number): CodedRun {
+  const c = e.coded!;
+  const b0 = r0 / c.blockRows, b1 = Math.ceil(r1 / c.blockRows);
+  const blockRows = Array.from({ length: b1 - b0 }, (_, i) => Math.min(r1, (b0 + i + 1) * c.blockRows) - (b0 + i) * c.blockRows);
+  return { cols, blockRows, stored: c.stored.slice(b0, b1), where: `${e.file}: tensor ${e.name} rows ${r0}..${r1}`, offset };
 }
 
 /** A WeightView over a piece's buffer (data bytes, then scale bytes). */
 export function pieceView(p: Piece | ExpertPart, buf: Uint8Array, name: string): WeightView {
-  const dataLen = p.data.length;
+  const dataLen = 'code' in p && p.code ? runRawBytes(p.code) : p.data.length;
   const rows = 'r0' in p ? p.r1 - p.r0 : p.rows;
   const v: WeightView = { name, format: p.format, rows, cols: p.cols, data: buf.subarray(0, dataLen) };
   if (p.scale) {

@@ -11,6 +11,7 @@ import {
   PACK_ALIGN,
   PACK_FORMAT,
   PACK_VERSION,
+  PACK_VERSION_CODED,
   errCode,
   readManifest,
   readPackedDir,
@@ -26,6 +27,7 @@ import { indexCheckpointDir } from '../checkpoint/dir.js';
 import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { UserError } from '../util/errors.js';
 import { buildLayout } from './layout.js';
+import { codeTrunk, type CodedTensors } from './pack-code.js';
 import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';
 
 export { DEFAULT_CHUNK } from './pack-io.js';
@@ -45,6 +47,8 @@ export interface PackOptions {
   fileSize?: number;
   experts?: ExpertsMode;
   chunkBytes?: number;
+  /** Store the BF16 trunk matrices losslessly coded (kernels/bf16-code.ts; a version 2 pack). */
+  compress?: boolean;
   /** Called after every chunk copied (done and total bytes). Throwing aborts the pack. */
   onProgress?: (done: number, total: number) => void;
   /**
@@ -62,6 +66,8 @@ export interface PackResult {
   /** Bytes copied (0 when skipped). */
   bytes: number;
   seconds: number;
+  /** With compress: raw and stored bytes of the coded matrices. */
+  coded?: { rawBytes: number; storedBytes: number; tensors: number };
 }
 
 const alignUp = (n: number, a = PACK_ALIGN) => Math.ceil(n / a) * a;
@@ -140,8 +146,9 @@ interface Plan {
   dropped: string[];
 }
 
-function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord: number, mode: ExpertsMode): Plan {
-  const layout = buildLayout(cfg, entries); // validates every tensor the engine uses
+/** `layoutEntries`: the source's entries, for validation (`entries` may point coded tensors at their coded bytes). */
+function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord: number, mode: ExpertsMode, layoutEntries = entries): Plan {
+  const layout = buildLayout(cfg, layoutEntries); // validates every tensor the engine uses
   const assigned = new Set<string>();
   const take = (es: TensorEntry[]) => {
     for (const e of es) assigned.add(e.name);
@@ -306,7 +313,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   const entries = indexCheckpointDir(modelAbs);
   const shardFiles = [...new Set([...entries.values()].map((e) => e.file))].sort();
   const sourceShards = shardIdentity(shardFiles);
-  const options = { max_record: maxRecord, file_size: fileSize, experts: mode };
+  const options: PackManifest['options'] = { max_record: maxRecord, file_size: fileSize, experts: mode, ...(opts.compress ? { compress: true as const } : {}) };
 
   // An existing OUT: the same pack is a no-op; anything else is refused.
   if (fs.existsSync(outAbs)) {
@@ -329,14 +336,6 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   }
   if (!fs.existsSync(path.dirname(outAbs))) throw new UserError(`pack: directory ${path.dirname(outAbs)} does not exist`);
 
-  const plan = planPack(cfg, entries, maxRecord, mode);
-  const files: { name: string; size: number }[] = [];
-  const trunkRecs = plan.records.filter((r) => r.series === 'trunk');
-  const expertRecs = plan.records.filter((r) => r.series === 'experts');
-  placeRecords(trunkRecs, 'trunk', fileSize, files);
-  placeRecords(expertRecs, 'experts', fileSize, files);
-  const records = [...trunkRecs, ...expertRecs];
-
   const tmp = `${outAbs}.tmp-${process.pid}`;
   removeStaleTmp(outAbs);
   fs.rmSync(tmp, { recursive: true, force: true });
@@ -345,6 +344,16 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   let total = 0;
   try {
     fs.mkdirSync(tmp);
+    // --compress: the coded matrices are written to tmp/.coded first, then copied like any tensor.
+    const codedDir = path.join(tmp, '.coded');
+    const coded: CodedTensors | null = opts.compress ? codeTrunk(cfg, entries, codedDir, stopIfAborted) : null;
+    const plan = planPack(cfg, coded?.entries ?? entries, maxRecord, mode, entries);
+    const files: { name: string; size: number }[] = [];
+    const trunkRecs = plan.records.filter((r) => r.series === 'trunk');
+    const expertRecs = plan.records.filter((r) => r.series === 'experts');
+    placeRecords(trunkRecs, 'trunk', fileSize, files);
+    placeRecords(expertRecs, 'experts', fileSize, files);
+    const records = [...trunkRecs, ...expertRecs];
     fs.writeFileSync(path.join(tmp, 'config.json'), configBytes);
     for (const f of COPIED_FILES) if (fs.existsSync(path.join(modelAbs, f))) fs.copyFileSync(path.join(modelAbs, f), path.join(tmp, f));
     const dstPaths = files.map((f) => path.join(tmp, f.name));
@@ -395,7 +404,11 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     const tensors: Record<string, PackedTensor> = {};
     records.forEach((r, ri) => {
       if (r.rec.kind === 'expert') return;
-      for (const t of r.tensors) tensors[t.entry.name] = { dtype: t.entry.dtype, shape: t.entry.shape, record: ri, offset_in_record: t.offsetInRecord, nbytes: t.entry.nbytes };
+      for (const t of r.tensors) {
+        const encoding = coded?.encodings.get(t.entry.name);
+        const nbytes = encoding ? entries.get(t.entry.name)!.nbytes : t.entry.nbytes;
+        tensors[t.entry.name] = { dtype: t.entry.dtype, shape: t.entry.shape, record: ri, offset_in_record: t.offsetInRecord, nbytes, ...(encoding ? { encoding } : {}) };
+      }
     });
     let experts: PackedExperts | null = null;
     if (plan.expertGroups.length > 0) {
@@ -415,7 +428,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     }
     const manifest: PackManifest = {
       format: PACK_FORMAT,
-      version: PACK_VERSION,
+      version: coded && coded.encodings.size > 0 ? PACK_VERSION_CODED : PACK_VERSION,
       alignment: PACK_ALIGN,
       source: modelAbs,
       config_sha256: configSha,
@@ -432,11 +445,13 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
       tensor_count: entries.size - plan.dropped.length,
     };
     stopIfAborted();
+    fs.rmSync(codedDir, { recursive: true, force: true });
     fs.writeFileSync(path.join(tmp, MANIFEST_NAME), manifestJson(manifest));
     readPackedDir(tmp); // the manifest reads back
     if (fs.existsSync(outAbs)) fs.rmdirSync(outAbs); // an empty directory (checked above)
     fs.renameSync(tmp, outAbs);
-    return { out: outAbs, skipped: false, manifest, bytes: total, seconds: (performance.now() - t0) / 1000 };
+    const codedStats = coded ? { rawBytes: coded.rawBytes, storedBytes: coded.storedBytes, tensors: coded.encodings.size } : undefined;
+    return { out: outAbs, skipped: false, manifest, bytes: total, seconds: (performance.now() - t0) / 1000, coded: codedStats };
   } catch (e) {
     cleanup();
     throw e;

@@ -30,6 +30,8 @@ export interface Plan {
   mlaCacheBytes: number;
   ctx: number;
   scratchBytes: number;
+  /** Memory of the bf16 block decoder (a packed directory with coded trunk matrices; else 0). */
+  decodeBytes: number;
   ringBytes: number;
   pinnedBytes: number;
   pinnedPieces: number;
@@ -68,7 +70,9 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
   const mlaCacheBytes = s.perPositionBytes * ctx;
   const scratch = scratchBytes(cfg, chunk);
   const expertsTotal = layout.moeLayers * cfg.moe.experts;
-  const fixed = BASELINE_BYTES + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch;
+  // The decoder holds one block in (stored, at most raw) and one out, in 64 KiB pages.
+  const decodeBytes = layout.maxCodedBlockBytes > 0 ? Math.ceil((4 * layout.maxCodedBlockBytes + 256) / 65536 + 1) * 65536 : 0;
+  const fixed = BASELINE_BYTES + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
   const minRing = 3 * layout.maxPieceBytes;
   const minSlots = expertsTotal > 0 ? 1 : 0;
   const floor = fixed + minRing + minSlots * layout.expertBytes;
@@ -83,6 +87,7 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     mlaCacheBytes,
     ctx,
     scratchBytes: scratch,
+    decodeBytes,
     ringBytes: minRing,
     pinnedBytes: 0,
     pinnedPieces: 0,

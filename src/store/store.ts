@@ -20,6 +20,7 @@ import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type 
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
+import { bf16Decoder, decodeRunInPlace } from '../kernels/fast.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
 export interface ByteReader {
@@ -155,6 +156,13 @@ export class WeightStore {
   }
 
   private async readPiece(p: Piece, into: Uint8Array): Promise<void> {
+    if (p.code) {
+      // Coded rows (k3 pack --compress): the stored bytes go to the end of the piece's buffer and decode in place.
+      await this.readRange(p.data, into.subarray(p.bytes - p.data.length, p.bytes));
+      decodeRunInPlace(into.subarray(0, p.bytes), p.code, bf16Decoder());
+      this.stats.trunkBytesRead += p.data.length;
+      return;
+    }
     const dataLen = p.data.length;
     const reads = [this.readRange(p.data, into.subarray(0, dataLen))];
     if (p.scale) reads.push(this.readRange(p.scale, into.subarray(dataLen, dataLen + p.scale.length)));
