@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, checkTokenizerFits, openModel } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
 import { ChatSession, type AbortFlag } from '../generate/session.js';
 import { Sampler } from '../generate/sampling.js';
@@ -51,11 +51,12 @@ ${MODEL_HELP}`,
     const maxTokens = parseIntFlag('chat', 'max-tokens', values['max-tokens'], 512, 1);
     const sampling = samplingFromFlags('chat', values);
     new Sampler(sampling); // check the ranges before loading anything
+    checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model')) && fs.existsSync(dir)) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
     const { model, chunk } = await openModel('chat', dir, values);
     try {
-      const tok = await loadTokenizer(tokDir);
+      const tok = checkTokenizerFits('chat', await loadTokenizer(tokDir), tokDir, model.config.vocabSize);
       const session = new ChatSession(model, tok, {
         system: values.system,
         sampling,
