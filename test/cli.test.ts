@@ -87,6 +87,12 @@ test('time_to_first_token in --json and the report; --ctx stops generation (stop
   oneLine(k3(['run', DEMO, '--ids', '5,6,7', '-n', '10', '-c', '2']), 2, 'the prompt is 3 tokens', '--ctx 2');
   // Without --ctx, -n N plans the cache for prompt + N tokens.
   assert.equal(json(k3(['run', DEMO, '--ids', '5,6', '-n', '3', '--json'])).ctx, 5);
+  // k3 chat: the reply stops at the context, and so does every later turn, with a note.
+  const c = k3(['chat', DEMO, '--ctx', '160', '--ignore-eos', '--max-tokens', '1000', '-t', '1'], 'Hello there\nmore\n/stats\n');
+  assert.equal(c.status, 0, c.stderr);
+  assert.match(c.stdout, /context +160 tokens/);
+  assert.match(c.stdout, /stop +context/);
+  assert.equal(c.stderr.match(/the context of 160 tokens is full/g)?.length, 2, c.stderr);
 });
 
 test('SIGINT during k3 run: stops at the next token, prints the tokens and the report, exit 130', async () => {
@@ -201,7 +207,7 @@ test('errors name the real cause: a missing model folder; a tokenizer that does 
   assert.equal(r.stdout, '', 'refused before generating');
 });
 
-test("README: `npm run -s k3 -- run MODEL --prompt hi --json | python3 -m json.tool` is valid JSON", { skip: spawnSync('python3', ['--version']).status !== 0 ? 'no python3' : false }, () => {
+test('README: `npm run -s k3 -- run MODEL --prompt hi --json | python3 -m json.tool` is valid JSON', { skip: spawnSync('python3', ['--version']).status !== 0 ? 'no python3' : false }, () => {
   const r = spawnSync('sh', ['-c', `npm run -s k3 -- run "${DEMO}" --prompt hi -n 2 --json | python3 -m json.tool`], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   assert.ok(Array.isArray((JSON.parse(r.stdout) as { generated_ids: unknown }).generated_ids));

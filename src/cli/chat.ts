@@ -147,6 +147,7 @@ async function repl(session: ChatSession): Promise<number> {
         const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), abort });
         process.stdout.write('\n');
         if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
+        if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
       } finally {
         generating = null;
       }
