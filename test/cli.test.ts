@@ -13,6 +13,7 @@ import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { demoTokenizerFiles } from '../src/tokenizer/index.js';
 import { removeStaleTmp } from '../src/util/stale-tmp.js';
+import { Model } from '../src/model/model.js';
 import { CLI, ROOT } from './helpers.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-cli-test-'));
@@ -211,4 +212,40 @@ test('README: `npm run -s k3 -- run MODEL --prompt hi --json | python3 -m json.t
   const r = spawnSync('sh', ['-c', `npm run -s k3 -- run "${DEMO}" --prompt hi -n 2 --json | python3 -m json.tool`], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   assert.ok(Array.isArray((JSON.parse(r.stdout) as { generated_ids: unknown }).generated_ids));
+});
+
+test('k3 plan: an estimate of s/token on this machine, labelled as one; --no-estimate skips it', () => {
+  const dir = path.join(ROOT, 'test', 'fixtures', 'golden', 'k3');
+  const r = k3(['plan', dir, '--memory', '1G', '-t', '1']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^estimate \(measured on this machine .*not a run\): [\d.]+ s\/token/m);
+  const j = json(k3(['plan', dir, '--memory', '1G', '-t', '1', '--json'])) as { estimate: { seconds_per_token: number; disk_bytes_per_second: number | null } };
+  assert.ok(j.estimate.seconds_per_token > 0 && j.estimate.disk_bytes_per_second! > 0);
+  assert.equal((json(k3(['plan', dir, '--no-estimate', '--json'])) as { estimate?: unknown }).estimate, undefined);
+});
+
+test('--printable (what the demo prints): no special tokens, control characters or U+FFFD', () => {
+  const r = k3(['run', DEMO, '-p', 'The quick brown fox', '-n', '64', '--ignore-eos', '--printable', '-t', '1']);
+  assert.equal(r.status, 0, r.stderr);
+  // eslint-disable-next-line no-control-regex -- control characters are what this test looks for
+  const unprintable = new RegExp('[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\ufffd]|\\[EOS\\]|<\\|', 'u');
+  assert.doesNotMatch(r.stdout.slice(0, -1), unprintable);
+  const raw = json(k3(['run', DEMO, '-p', 'The quick brown fox', '-n', '64', '--ignore-eos', '--json', '-t', '1']));
+  assert.match(raw.text as string, /[\ufffd]|\[[A-Z]+\]|<\|/u, 'the random weights do produce such pieces (else this test shows nothing)');
+  const demo = k3(['demo', '--out', DEMO, '--gen', '8']);
+  assert.equal(demo.status, 0, demo.stderr);
+  assert.match(demo.stderr, /weights are random/);
+});
+
+test('loading progress: preload reports bytes read up to the total it plans (drawn on a TTY by run / chat)', async () => {
+  const model = Model.open(DEMO, { ctx: 64 });
+  try {
+    const seen: [number, number][] = [];
+    await model.store.preload((done, total) => seen.push([done, total]));
+    const last = seen.at(-1)!;
+    assert.ok(seen.length >= 2 && last[0] === last[1] && last[1] > 1e6, JSON.stringify(seen.slice(-3)));
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]![0] >= seen[i - 1]![0] && seen[i]![0] <= seen[i]![1]);
+  } finally {
+    await model.close();
+  }
 });
