@@ -63,14 +63,15 @@ function weight(format: WeightFormat, rows: number, cols: number, data: Uint8Arr
   return { name: `estimate ${format}`, format, rows, cols, data, scale };
 }
 
-/** Weight bytes per second of one-token products, for ~150 ms per format. */
-async function measureKernels(cfg: ModelConfig, hasExperts: boolean, threads: number): Promise<{ trunk: number; experts: number | null }> {
+/** Weight bytes per second of one-token products, for ~150 ms per format; and the seconds one
+ *  tiny product takes (the fixed cost of a call, which dominates small models). */
+async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: number): Promise<{ trunk: number; experts: number | null; perCall: number }> {
   const D = cfg.hiddenSize;
   const latent = cfg.moe.latentDim ?? D;
-  const group = await KernelGroup.create(64 * MiB, { threads });
+  const group = await KernelGroup.create(96 * MiB, { threads });
   try {
     const k = group.members[0]!;
-    const rate = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): number => {
+    const time = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): { bytes: number; seconds: number } => {
       const bytes = fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2 + (rows * cols) / 32;
       const w = weight(fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
       const x = new Float32Array(cols).fill(0.5);
@@ -82,11 +83,18 @@ async function measureKernels(cfg: ModelConfig, hasExperts: boolean, threads: nu
         k.matmul(w, x, 1, y);
         n++;
       }
-      return (bytes * n) / ((performance.now() - t0) / 1000);
+      return { bytes, seconds: (performance.now() - t0) / 1000 / n };
     };
-    const trunk = rate('bf16', Math.min(D, 4096), Math.min(D, 4096));
-    const experts = hasExperts && latent % 32 === 0 ? rate('mxfp4', Math.min(cfg.moe.intermediate, 4096), Math.min(latent, 4096)) : null;
-    return { trunk, experts };
+    const rate = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): number => {
+      const t = time(fmt, rows, cols);
+      return t.bytes / t.seconds;
+    };
+    // Matrices of 32 MiB (BF16) and 16 MiB (MXFP4): larger than the caches, as the model's weights are.
+    const cols = Math.min(D, 4096);
+    const trunk = rate('bf16', Math.ceil((32 * MiB) / (cols * 2)), cols);
+    const ecols = Math.min(latent, 4096);
+    const experts = mxfp4Experts && latent % 32 === 0 ? rate('mxfp4', Math.ceil((16 * MiB) / ((ecols * 17) / 32)), ecols) : null;
+    return { trunk, experts, perCall: time('bf16', 32, 32).seconds };
   } finally {
     await group.close();
   }
@@ -95,11 +103,15 @@ async function measureKernels(cfg: ModelConfig, hasExperts: boolean, threads: nu
 export async function estimateSpeed(cfg: ModelConfig, layout: Layout, plan: Plan, entries: Map<string, TensorEntry> | null, threads: number): Promise<SpeedEstimate> {
   const disk = entries ? measureDisk(entries) : null;
   const hasExperts = layout.expertBytes > 0 && plan.expertsTotal > 0;
-  const k = await measureKernels(cfg, hasExperts, threads);
+  const moeLayer = cfg.layers.findIndex((L) => L.ffn === 'moe');
+  const mxfp4 = hasExperts && moeLayer >= 0 && layout.experts(moeLayer, 0)[0]?.format === 'mxfp4';
+  const k = await measureKernels(cfg, mxfp4, threads);
   const activeExperts = hasExperts ? layout.moeLayers * Math.min(cfg.moe.topK, cfg.moe.experts) : 0;
   const missRate = hasExperts ? Math.max(0, 1 - plan.expertSlots / plan.expertsTotal) : 0;
   const bytesRead = plan.streamedBytes + activeExperts * missRate * layout.expertBytes + plan.embedRowBytes;
-  const compute = layout.trunkBytes / k.trunk + (activeExperts * layout.expertBytes) / (k.experts ?? k.trunk);
+  // Weight bytes at the measured rates, plus the fixed cost per product (3 per expert).
+  const calls = layout.matrices.size + 3 * activeExperts;
+  const compute = layout.trunkBytes / k.trunk + (activeExperts * layout.expertBytes) / (k.experts ?? k.trunk) + calls * k.perCall;
   const read = disk ? bytesRead / disk : null;
   return {
     seconds_per_token: compute + (read ?? 0),
