@@ -19,7 +19,7 @@ import { synthCheckpoint } from '../src/synth/synth.js';
 import { Model } from '../src/model/model.js';
 import { FsReader } from '../src/store/store.js';
 import { indexCheckpointDir } from '../src/checkpoint/dir.js';
-import { formatGB } from '../src/util/format.js';
+import { formatBytes } from '../src/util/format.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
@@ -122,15 +122,15 @@ async function main(): Promise<void> {
   log(`checkpoint: ${dir}`);
   const s = await synthCheckpoint({ arch: 'k3', preset: 'k3-real-layers', out: dir, layers: Number(values.layers), experts: Number(values.experts), shards: 4, force: true });
   const size = s.bytes;
-  log(`  ${formatGB(size)} ${s.skipped ? '(already there)' : `written in ${s.seconds.toFixed(0)} s`}`);
+  log(`  ${formatBytes(size)} ${s.skipped ? '(already there)' : `written in ${s.seconds.toFixed(0)} s`}`);
   const plan = Model.plan(dir, { budget: 0, ctx: 256, chunk: 8 });
   const low = Math.max(plan.floorBytes, Math.floor(size * Number(values.fraction)));
   const disk = await diskBandwidth(dir);
   log(`disk: ${disk.gbps.toFixed(2)} GB/s with the engine's reader (${disk.cold ? 'page cache dropped' : 'page cache NOT dropped: this may be memory speed'})`);
-  log(`floor ${formatGB(plan.floorBytes)}; low budget ${formatGB(low)} (${((low / size) * 100).toFixed(0)}% of the checkpoint)`);
+  log(`floor ${formatBytes(plan.floorBytes)}; low budget ${formatBytes(low)} (${((low / size) * 100).toFixed(0)}% of the checkpoint)`);
   const results: Record<string, RunResult> = {};
   for (const [name, budget] of [['floor', plan.floorBytes], ['low', low], ['resident', Math.ceil(size * 1.15 + plan.floorBytes)]] as const) {
-    log(`running ${name} at ${formatGB(budget)} …`);
+    log(`running ${name} at ${formatBytes(budget)} …`);
     results[name] = run(dir, budget, gen);
     if (!results[name]!.ok) log(results[name]!.stderr);
   }
@@ -163,7 +163,7 @@ async function main(): Promise<void> {
     console.log(JSON.stringify({ checkpoint_gb: size / GB, floor_gb: plan.floorBytes / GB, disk_gbps: disk.gbps, disk_cold: disk.cold, rows, cgroup }, null, 1));
     return;
   }
-  console.log(`\ncheckpoint ${formatGB(size)}, floor ${formatGB(plan.floorBytes)}, disk ${disk.gbps.toFixed(2)} GB/s${disk.cold ? '' : ' (warm cache)'}`);
+  console.log(`\ncheckpoint ${formatBytes(size)}, floor ${formatBytes(plan.floorBytes)}, disk ${disk.gbps.toFixed(2)} GB/s${disk.cold ? '' : ' (warm cache)'}`);
   console.log('run        budget GB  peak RSS GB  <=budget  s/token  GB read/token  disk floor s/token  I/O wait');
   for (const r of rows) {
     console.log(`${r.run.padEnd(10)} ${r.budget_gb.toFixed(2).padStart(9)}  ${r.peak_rss_gb.toFixed(2).padStart(11)}  ${String(r.rss_within_budget).padStart(8)}  ${r.s_per_token.toFixed(2).padStart(7)}  ${r.gb_read_per_token.toFixed(3).padStart(13)}  ${r.disk_floor_s_per_token.toFixed(3).padStart(18)}  ${(r.io_wait_share * 100).toFixed(0).padStart(7)}%`);
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
   }
   const same = rows.every((r) => JSON.stringify(r.ids) === JSON.stringify(rows[0]?.ids));
   console.log(`generated ids identical across budgets: ${same}`);
-  if (cgroup) console.log(`cgroup run (limit ${formatGB(cgroup.limit)}): ${cgroup.ok ? 'completed' : 'FAILED'}, same ids: ${cgroup.sameIds}, cgroup max usage ${formatGB(cgroup.maxUsage)} (page cache included)`);
+  if (cgroup) console.log(`cgroup run (limit ${formatBytes(cgroup.limit)}): ${cgroup.ok ? 'completed' : 'FAILED'}, same ids: ${cgroup.sameIds}, cgroup max usage ${formatBytes(cgroup.maxUsage)} (page cache included)`);
 }
 
 main().catch((e) => {

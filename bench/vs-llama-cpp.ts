@@ -51,7 +51,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Model } from '../src/model/model.js';
 import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
-import { formatGB } from '../src/util/format.js';
+import { formatBytes } from '../src/util/format.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -127,7 +127,7 @@ export async function prepareModel(
 ): Promise<{ dir: string; gguf: string; ggufBytes: number; params: number; checkpointBytes: number }> {
   // These directories belong to the bench: replace one written by another synth version or options.
   const s = await synthCheckpoint({ ...synth, force: true });
-  if (!s.skipped) log(`  synthesized ${s.dir} (${formatGB(s.bytes)}) in ${s.seconds.toFixed(1)} s`);
+  if (!s.skipped) log(`  synthesized ${s.dir} (${formatBytes(s.bytes)}) in ${s.seconds.toFixed(1)} s`);
   const stampFile = `${gguf}.json`;
   // `writer` names the GGUF writer's output version (bench/gguf/, once bench/gguf.ts): bump it when the bytes change.
   const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
@@ -145,7 +145,7 @@ export async function prepareModel(
     const r = convertK3ToGguf(s.dir, gguf, conv);
     params = r.params;
     fs.writeFileSync(stampFile, JSON.stringify({ stamp, params }) + '\n');
-    log(`  wrote ${gguf} (${formatGB(r.bytes)}, trunk ${conv.trunk}, experts ${conv.experts}) in ${((performance.now() - t1) / 1000).toFixed(1)} s`);
+    log(`  wrote ${gguf} (${formatBytes(r.bytes)}, trunk ${conv.trunk}, experts ${conv.experts}) in ${((performance.now() - t1) / 1000).toFixed(1)} s`);
   }
   return { dir: s.dir, gguf, ggufBytes: fs.statSync(gguf).size, params, checkpointBytes: s.bytes };
 }
@@ -565,7 +565,7 @@ async function main(): Promise<void> {
       { trunk, experts: 'mxfp4' },
       log,
     );
-    log(`checkpoint ${formatGB(m.checkpointBytes)}, GGUF ${formatGB(m.ggufBytes)}, ${(m.params / 1e9).toFixed(3)} B params`);
+    log(`checkpoint ${formatBytes(m.checkpointBytes)}, GGUF ${formatBytes(m.ggufBytes)}, ${(m.params / 1e9).toFixed(3)} B params`);
     const V = 32768;
     const lrows = await speedLlama(nlc, m.gguf, V, { threads, pp, tg, reps }, log);
     const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);

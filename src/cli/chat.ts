@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, checkTokenizerFits, openModel } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
 import { ChatSession, type AbortFlag } from '../generate/session.js';
 import { Sampler } from '../generate/sampling.js';
@@ -52,11 +52,12 @@ ${MODEL_HELP}`,
     const spec = parseIntFlag('chat', 'spec', values.spec, 0, 0);
     const sampling = samplingFromFlags('chat', values);
     new Sampler(sampling); // check the ranges before loading anything
+    checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model')) && fs.existsSync(dir)) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
     const { model, chunk } = await openModel('chat', dir, values);
     try {
-      const tok = await loadTokenizer(tokDir);
+      const tok = checkTokenizerFits('chat', await loadTokenizer(tokDir), tokDir, model.config.vocabSize);
       const session = new ChatSession(model, tok, {
         system: values.system,
         sampling,
@@ -148,6 +149,7 @@ async function repl(session: ChatSession): Promise<number> {
         const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), abort });
         process.stdout.write('\n');
         if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
+        if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
       } finally {
         generating = null;
       }

@@ -7,15 +7,20 @@ import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
 import { FaultyReader } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
+import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
+import { formatBytes } from '../util/format.js';
+import { progressLine } from '../util/progress.js';
+import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
 import { parseIntFlag } from './args.js';
 
 export const MODEL_OPTIONS = {
+  model: { type: 'string', short: 'm' },
   memory: { type: 'string' },
   preset: { type: 'string' },
-  ctx: { type: 'string' },
+  ctx: { type: 'string', short: 'c' },
   chunk: { type: 'string' },
-  threads: { type: 'string' },
+  threads: { type: 'string', short: 't' },
   kernels: { type: 'string' },
   'fast-experts': { type: 'boolean' },
   'no-preload': { type: 'boolean' },
@@ -24,13 +29,14 @@ export const MODEL_OPTIONS = {
 } as const;
 
 export const MODEL_HELP = `model options:
+  -m, --model DIR                  the model directory (instead of the MODEL argument, as llama.cpp)
   --memory SIZE                    ceiling on the process's memory, e.g. 2G, 512M, 8GB or bytes;
                                    weights that do not fit are streamed from disk (same output)
   --preset laptop|desktop|workstation|server|max|auto
                                    8 GiB, 32 GiB, 128 GiB, 512 GiB, everything resident, or 90% of
                                    available memory (cgroup limit included; the default)
-  --ctx N                          context length the attention cache is planned for (default 4096)
-  --threads N                      compute threads (default: available cores; results do not depend on it)
+  -c, --ctx N                      context length the attention cache is planned for (default 4096)
+  -t, --threads N                  compute threads (default: available cores; results do not depend on it)
   --kernels wasm|ref               WebAssembly SIMD kernels (default) or the TypeScript reference
   --fast-experts                   optional fast path, off by default: MXFP4 (expert) products with
                                    8-bit activations (llama.cpp q8_0 style; deterministic, but not
@@ -42,6 +48,7 @@ export const MODEL_HELP = `model options:
   --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
 
 export interface ModelFlags {
+  model?: string;
   memory?: string;
   preset?: string;
   ctx?: string;
@@ -54,9 +61,24 @@ export interface ModelFlags {
   'kimi-linear-biased-weights'?: boolean;
 }
 
-export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
+/** The model directory exists and is one (checked first, so a missing folder is named as such). */
+export function checkModelDir(cmd: string, dir: string): void {
   if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
   if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
+}
+
+/** A tokenizer that can emit ids the model has no embedding row for belongs to another model:
+ *  refused at load, not found out after generating. (A model vocabulary larger than the
+ *  tokenizer's is padding, as in the real checkpoints.) */
+export function checkTokenizerFits(cmd: string, tok: Tokenizer, tokDir: string, vocabSize: number): Tokenizer {
+  if (tok.vocabSize > vocabSize) {
+    throw new UserError(`${cmd}: the tokenizer in ${tokDir} has ${tok.vocabSize} ids but the model's vocabulary is ${vocabSize} (config.json vocab_size): it belongs to another model (--tok DIR names the right one)`);
+  }
+  return tok;
+}
+
+export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
+  checkModelDir(cmd, dir);
   const eps = flags['mla-latent-eps'];
   if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError(`${cmd}: --mla-latent-eps must be reference or config`);
   const overrides: ConfigOverrides = { mlaLatentNormEps: eps ?? 'reference', kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false };
@@ -71,7 +93,15 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const fastExperts = flags['fast-experts'] ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
-  if (!flags['no-preload']) await model.store.preload();
+  if (!flags['no-preload']) {
+    // On a terminal: what is being read, how much, how long (a big model takes a while).
+    const line = progressLine((done, total, s) => `${cmd}: loading ${dir}: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / Math.max(total, 1))}%), ${s.toFixed(1)} s`, { intervalMs: 250 });
+    try {
+      await model.store.preload(line.update);
+    } finally {
+      line.end();
+    }
+  }
   return { model, chunk };
 }
 
@@ -79,7 +109,8 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
 export function writeFileAtomic(file: string, data: Uint8Array | string): void {
   const dir = path.dirname(path.resolve(file));
   if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
-  const tmp = `${file}.tmp-${process.pid}`;
+  removeStaleTmp(file);
+  const tmp = tmpPath(file);
   try {
     fs.writeFileSync(tmp, data);
     fs.renameSync(tmp, file);

@@ -5,7 +5,7 @@ import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
 import { configAndIndex } from '../checkpoint/virtual.js';
-import { formatDecimalBytes } from '../util/format.js';
+import { formatBytes } from '../util/format.js';
 
 export const command: Command = {
   summary: 'architecture, layer map, experts, parameters and bytes by dtype, state sizes',
@@ -51,9 +51,9 @@ and the state a sequence needs (per sequence and per position).`,
       `architecture  ${cfg.arch}  (vocab ${cfg.vocabSize}, hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers)`,
       `layers        ${map.map((m, l) => `${l}:${m}`).join(' ')}`,
       `experts       ${cfg.moe.experts} routed, ${cfg.moe.topK} per token, ${cfg.moe.shared} shared, width ${cfg.moe.intermediate}${cfg.moe.latentDim ? `, latent ${cfg.moe.latentDim}` : ''}`,
-      `parameters    ${c.params.toLocaleString('en-US')} in ${c.tensors} tensors, ${formatDecimalBytes(c.bytes)} (${formatDecimalBytes(c.expertBytes)} routed experts)${c.skippedTensors ? `; ${c.skippedTensors} vision tensors skipped` : ''}`,
-      ...Object.entries(c.byDtype).map(([d, v]) => `  ${d.padEnd(8)}    ${v.params.toLocaleString('en-US')} params, ${formatDecimalBytes(v.bytes)}, ${v.tensors} tensors`),
-      `state         ${formatDecimalBytes(s.perSequenceBytes)} per sequence (KDA), ${formatDecimalBytes(s.perPositionBytes)} per position (MLA latent cache)`,
+      `parameters    ${c.params.toLocaleString('en-US')} in ${c.tensors} tensors, ${formatBytes(c.bytes)} (${formatBytes(c.expertBytes)} routed experts)${c.skippedTensors ? `; ${c.skippedTensors} vision tensors skipped` : ''}`,
+      ...Object.entries(c.byDtype).map(([d, v]) => `  ${d.padEnd(8)}    ${v.params.toLocaleString('en-US')} params, ${formatBytes(v.bytes)}, ${v.tensors} tensors`),
+      `state         ${formatBytes(s.perSequenceBytes)} per sequence (KDA), ${formatBytes(s.perPositionBytes)} per position (MLA latent cache)`,
     ];
     console.log(lines.join('\n'));
     return 0;

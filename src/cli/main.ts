@@ -2,8 +2,11 @@
 // `k3`: one binary, one subcommand per file in this folder. A user mistake prints one line and
 // exits 2 (1 for I/O, 4 for a failed weight read mid-run); anything else is a bug and keeps its trace.
 
+import * as fs from 'node:fs';
 import { UserError } from '../util/errors.js';
+import { checkCommandName } from './args.js';
 import type { Command } from './command.js';
+import { endQuietlyOnClosedOutput } from './signals.js';
 
 // Expert and piece reads go to libuv's thread pool; the default 4 threads is too few for a layer's
 // 16 parallel expert reads. Must be set before the first asynchronous file operation.
@@ -32,14 +35,24 @@ async function usage(): Promise<string> {
   return lines.join('\n');
 }
 
+/** `k3 0.1.0 (kimi-k3-ts, node v20.x)`, from the package.json next to dist/. */
+function version(): string {
+  const pkg = JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
+  return `k3 ${pkg.version} (${pkg.name}, node ${process.version})`;
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     console.log(await usage());
     return name ? 0 : 2;
   }
-  const load = COMMANDS[name];
-  if (!load) throw new UserError(`unknown command ${JSON.stringify(name)} (k3 --help lists them)`);
+  if (name === '--version' || name === '-V' || name === 'version' || rest.includes('--version')) {
+    console.log(version());
+    return 0;
+  }
+  checkCommandName(name, Object.keys(COMMANDS));
+  const load = COMMANDS[name]!;
   const { command } = await load();
   if (rest.includes('--help') || rest.includes('-h')) {
     console.log(command.help);
@@ -48,6 +61,7 @@ export async function main(argv: string[]): Promise<number> {
   return command.run(rest);
 }
 
+endQuietlyOnClosedOutput();
 main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;

@@ -1,5 +1,7 @@
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import type { Command } from './command.js';
+import { estimateSpeed } from './estimate.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
@@ -10,15 +12,22 @@ import { formatBytes } from '../util/format.js';
 
 export const command: Command = {
   summary: 'where every byte of a memory budget goes, and the smallest budget that works',
-  help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [--ctx N] [--chunk N] [--json]
+  help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [-c N] [--chunk N] [-t N] [--no-estimate] [--json]
 
 MODEL is a checkpoint directory, or a directory / path holding only config.json (the official
 dtypes are assumed: BF16 trunk, MXFP4 routed experts for K3). Prints the plan for the budget:
 always-resident pieces, pinned trunk, streaming ring, expert cache slots, KDA state, MLA cache
-for N positions, scratch, and the floor. --json gives at least floor_bytes and budget_bytes.
-Exits 2 when the budget is below the floor.`,
+for N positions, scratch, and the floor (the smallest budget that works: like the budget, a
+ceiling on peak RSS). --json gives at least floor_bytes and budget_bytes.
+
+Then an estimate of seconds per token at this budget on this machine, from about a second of
+measurement: the read rate of MODEL's files (the page cache can make it optimistic; not measured
+when MODEL has only config.json) and the kernels' weight throughput on -t threads (default: all
+cores). It assumes uniform routing (the expert cache hits in proportion to its slots) and no
+overlap of reading and computing; a real run (k3 run reports s/token) is the measurement.
+--no-estimate skips it. Exits 2 when the budget is below the floor.`,
   async run(args) {
-    const { values, positionals } = parse('plan', args, { memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string' }, chunk: { type: 'string' }, json: { type: 'boolean' } }, 1);
+    const { values, positionals } = parse('plan', args, { model: { type: 'string', short: 'm' }, memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string', short: 'c' }, chunk: { type: 'string' }, threads: { type: 'string', short: 't' }, 'no-estimate': { type: 'boolean' }, json: { type: 'boolean' } }, 1);
     const target = positionals[0]!;
     if (!fs.existsSync(target)) throw new UserError(`plan: ${target} does not exist`);
     const { cfg, entries, hasWeights } = configAndIndex(target);
@@ -29,6 +38,8 @@ Exits 2 when the budget is below the floor.`,
     const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
     const p = makePlan(cfg, layout, state, budget, ctx, chunk);
     const ok = budget >= p.floorBytes;
+    const threads = parseIntFlag('plan', 'threads', values.threads, os.availableParallelism(), 1);
+    const est = ok && !values['no-estimate'] ? await estimateSpeed(cfg, layout, p, hasWeights ? entries : null, threads) : null;
     if (values.json) {
       console.log(JSON.stringify({
         budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, state, ctx, chunk),
@@ -36,6 +47,7 @@ Exits 2 when the budget is below the floor.`,
         scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
         embedding_row_bytes: p.embedRowBytes, embedding_resident_bytes: p.embedResidentBytes, from_config_only: !hasWeights,
+        ...(est ? { estimate: est } : {}),
       }));
     } else {
       const row = (k: string, v: number, note = '') => `  ${k.padEnd(28)} ${formatBytes(v).padStart(12)}  ${note}`;
@@ -55,6 +67,16 @@ Exits 2 when the budget is below the floor.`,
         row('total planned', p.totalBytes),
         p.embedResidentBytes ? row('embedding (resident)', p.embedResidentBytes) : row('embedding', p.embedRowBytes, 'per token, read on demand'),
       ].join('\n'));
+      if (est) {
+        const disk = est.disk_bytes_per_second;
+        console.log([
+          `estimate (measured on this machine for about a second; not a run): ${est.seconds_per_token.toFixed(3)} s/token (${(1 / est.seconds_per_token).toFixed(2)} tok/s) at ${formatBytes(p.budgetBytes)}`,
+          `  compute ${est.compute_seconds_per_token.toFixed(3)} s/token: kernels ${formatBytes(est.trunk_kernel_bytes_per_second)}/s BF16${est.expert_kernel_bytes_per_second ? `, ${formatBytes(est.expert_kernel_bytes_per_second)}/s MXFP4` : ''} on ${est.threads} thread(s)`,
+          disk
+            ? `  reads   ${est.read_seconds_per_token!.toFixed(3)} s/token: ${formatBytes(est.bytes_read_per_token)} per token at ${formatBytes(disk)}/s (this checkpoint's files; the page cache can make it optimistic)`
+            : `  reads   ${formatBytes(est.bytes_read_per_token)} per token; disk not measured (config.json only), not included`,
+        ].join('\n'));
+      }
     }
     if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);
     return 0;

@@ -1,8 +1,10 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
-import { parse, parseIds, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
+import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, checkTokenizerFits, openModel } from './common.js';
+import { stopOnSignals } from './signals.js';
+import { loadConfig } from '../checkpoint/config.js';
 import { greedy } from '../generate/greedy.js';
 import { NgramDrafter } from '../generate/draft.js';
 import { speculative } from '../generate/spec.js';
@@ -10,7 +12,7 @@ import { acceptDraft } from '../generate/spec-sample.js';
 import { RunRecorder, formatSummary } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
 import { TextStopper, usableStopIds } from '../generate/stop.js';
-import { loadTokenizer, renderChat, stopTokenIds, type ChatMessage } from '../tokenizer/index.js';
+import { loadTokenizer, renderChat, stopTokenIds, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 /** Sampling flags shared by `k3 run` and `k3 chat`. */
@@ -23,9 +25,9 @@ export const SAMPLING_OPTIONS = {
   'repeat-last-n': { type: 'string' },
   'presence-penalty': { type: 'string' },
   'frequency-penalty': { type: 'string' },
-  seed: { type: 'string' },
+  seed: { type: 'string', short: 's' },
   stop: { type: 'string', multiple: true },
-  'max-tokens': { type: 'string' },
+  'max-tokens': { type: 'string', short: 'n' },
   'ignore-eos': { type: 'boolean' },
   spec: { type: 'string' },
 } as const;
@@ -39,7 +41,8 @@ export const SAMPLING_HELP = `sampling options (applied in llama.cpp's order: pe
   --repeat-last-n N      only the last N tokens count as seen (default 0 = prompt + everything generated)
   --presence-penalty A   subtract A from the logit of every seen token (default 0)
   --frequency-penalty A  subtract A times its count from the logit of every seen token (default 0)
-  --seed N               seed of the random draws (default 0): same seed and flags, same text
+  -s, --seed N           seed of the random draws (default 0): same seed and flags, same text;
+                         -1: a random seed, printed on stderr
   --stop STRING          stop when the text contains STRING (repeatable; matched across tokens, not printed)
   --ignore-eos           do not stop at the end-of-message / eos tokens
   --spec N               speculative decoding: draft up to N tokens by n-gram lookup in the text so
@@ -65,6 +68,21 @@ function parseNumber(cmd: string, name: string, s: string | undefined): number |
   return v;
 }
 
+/** Text -> what is safe and readable on a terminal: no special-token strings, no C0/C1 control
+ *  characters but newline and tab, no U+FFFD. */
+function printable(tok: Tokenizer): (s: string) => string {
+  const specials = [...tok.specials.keys()].sort((a, b) => b.length - a.length).map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  const re = new RegExp([...specials, '[\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\ufffd]'].join('|'), 'gu');
+  return (s) => s.replace(re, '');
+}
+
+/** `--seed -1` (llama.cpp's "random seed"): a fresh seed, printed so the run can be repeated. */
+function randomSeed(cmd: string): number {
+  const seed = Math.floor(Math.random() * 2 ** 31);
+  process.stderr.write(`${cmd}: --seed -1: using seed ${seed}\n`);
+  return seed;
+}
+
 /** Sampling flags -> options (ranges are checked by the Sampler, as UserErrors). */
 export function samplingFromFlags(cmd: string, v: SamplingFlags): SamplingOptions {
   const int = (name: keyof SamplingFlags): number | undefined => (v[name] === undefined ? undefined : parseIntFlag(cmd, name, v[name], 0, 0));
@@ -77,13 +95,14 @@ export function samplingFromFlags(cmd: string, v: SamplingFlags): SamplingOption
     penaltyLastN: int('repeat-last-n'),
     presencePenalty: parseNumber(cmd, 'presence-penalty', v['presence-penalty']),
     frequencyPenalty: parseNumber(cmd, 'frequency-penalty', v['frequency-penalty']),
-    seed: int('seed'),
+    seed: v.seed === '-1' ? randomSeed(cmd) : int('seed'),
   };
 }
 
 export const command: Command = {
   summary: 'generate text from a prompt (ids or text; greedy or sampled), with a run report',
-  help: `usage: k3 run MODEL (--ids 1,2,3 | --prompt TEXT | --prompt-file F) [--max-tokens N] [--chat] [--json] [options]
+  help: `usage: k3 run MODEL (--ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--chat] [--json] [options]
+       (-m MODEL works too, as in llama.cpp)
 
 Prefills the prompt, then generates up to N tokens (default 16), greedily (argmax, first maximum
 wins) unless --temperature > 0. Without --chat, generation is not stopped at EOS (use
@@ -91,23 +110,29 @@ wins) unless --temperature > 0. Without --chat, generation is not stopped at EOS
 MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run report
 (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
 JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
-(stop_reason: stop_token, stop_string or max_tokens); with --spec also "spec": {sweeps, drafted,
-accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted, emitted,
-gb_read_per_emitted_token.
+(stop_reason: stop_token, stop_string, max_tokens, context or interrupted); with --spec also
+"spec": {sweeps, drafted, accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted,
+emitted, gb_read_per_emitted_token. Generation stops when prompt + generated tokens reach --ctx
+(stop_reason context); without --ctx the memory plan is made for prompt + N tokens when -n / --gen
+is given. Ctrl-C stops at the next token and prints what was generated and the report (exit 130).
 
+  -p, --prompt TEXT      the prompt
+  -f, --prompt-file F    the prompt from a file (- = stdin)
   --tok DIR         tokenizer directory (default: MODEL)
-  --max-tokens N    tokens to generate at most (alias: --gen; default 16)
+  -n, --max-tokens N  tokens to generate at most (alias: --gen; default 16)
   --chat            wrap the prompt as one user message in the model's chat format (K3's for K3
                     models, K2's otherwise) with the generation prompt; stops at end of message
   --system TEXT     with --chat: a system message first
   --stop-at-eos     stop at the end-of-message / eos tokens without --chat
+  --printable       print only readable text: special tokens, control characters and U+FFFD
+                    (bytes of a broken UTF-8 sequence) left out (--json keeps the exact text)
 ${SAMPLING_HELP}
 ${MODEL_HELP}`,
   async run(args) {
     const { values, positionals } = parse(
       'run',
       args,
-      { ids: { type: 'string' }, prompt: { type: 'string' }, 'prompt-file': { type: 'string' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      { ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -119,9 +144,11 @@ ${MODEL_HELP}`,
     const spec = parseIntFlag('run', 'spec', values.spec, 0, 0);
     if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
     if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
+    checkModelDir('run', dir);
+    const cfg0 = loadConfig(dir);
     const tokDir = values.tok ?? dir;
     const hasTok = fs.existsSync(path.join(tokDir, 'tiktoken.model'));
-    const tok = hasTok ? await loadTokenizer(tokDir) : null;
+    const tok = hasTok ? checkTokenizerFits('run', await loadTokenizer(tokDir), tokDir, cfg0.vocabSize) : null;
     const stopStrings = values.stop ?? [];
     if (stopStrings.length > 0 && !tok) throw new UserError(`run: --stop needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
     let ids: number[];
@@ -129,33 +156,31 @@ ${MODEL_HELP}`,
     if (values.ids) ids = parseIds('run', values.ids);
     else {
       if (!tok) throw new UserError(`run: text prompts need tiktoken.model in ${tokDir} (or --tok DIR)`);
-      text = values.prompt;
-      if (text === undefined) {
-        try {
-          text = fs.readFileSync(values['prompt-file']!, 'utf8');
-        } catch {
-          throw new UserError(`run: cannot read ${values['prompt-file']}`);
-        }
-      }
-      ids = [];
+      text = values.prompt ?? readTextFlag('run', 'prompt-file', values['prompt-file']!);
+      if (values.chat) {
+        const messages: ChatMessage[] = [...(values.system !== undefined ? [{ role: 'system', content: values.system }] : []), { role: 'user', content: text }];
+        ids = renderChat(tok, messages, { format: cfg0.arch === 'k3' ? 'k3' : 'k2', addGenerationPrompt: true }).ids;
+      } else ids = tok.encode(text);
     }
-    const { model, chunk } = await openModel('run', dir, values);
+    // The context: --ctx, else (when -n / --gen is given) exactly prompt + N, else 4096.
+    const genGiven = values.gen !== undefined || values['max-tokens'] !== undefined;
+    const ctx = values.ctx !== undefined ? parseIntFlag('run', 'ctx', values.ctx, 4096, 1) : genGiven ? ids.length + gen : 4096;
+    if (ids.length >= ctx) throw new UserError(`run: the prompt is ${ids.length} tokens; --ctx ${ctx} leaves no room to generate (raise --ctx)`);
+    const room = ctx - ids.length;
+    const interrupt = stopOnSignals('run');
+    const { model, chunk } = await openModel('run', dir, { ...values, ctx: String(ctx) });
     try {
       const cfg = model.config;
-      if (text !== undefined) {
-        if (values.chat) {
-          const messages: ChatMessage[] = [...(values.system !== undefined ? [{ role: 'system', content: values.system }] : []), { role: 'user', content: text }];
-          ids = renderChat(tok!, messages, { format: cfg.arch === 'k3' ? 'k3' : 'k2', addGenerationPrompt: true }).ids;
-        } else ids = tok!.encode(text);
-      }
+      interrupt.throwIfAborted();
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];
       const stopIds = !stopAtEos ? [] : tok ? usableStopIds(tok, stopTokenIds(tok, cfg.eosTokenIds), cfg.vocabSize) : cfg.eosTokenIds;
-      const stopper = new TextStopper(tok, { stopIds, stopStrings, maxTokens: gen });
+      const stopper = new TextStopper(tok, { stopIds, stopStrings, maxTokens: Math.min(gen, room) });
       const rec = new RunRecorder(model.store);
       const V = cfg.vocabSize;
       const history = (generated: readonly number[]): number[] => (sampler.opts.repetitionPenalty === 1 && sampler.opts.presencePenalty === 0 && sampler.opts.frequencyPenalty === 0 ? [] : [...ids, ...generated]);
+      const show = values.printable && tok ? printable(tok) : (s: string) => s;
       const generate = spec > 0 ? speculative : greedy;
-      const r = await generate(model, model.newState(), ids, gen, {
+      const r = await generate(model, model.newState(), ids, Math.min(gen, room), {
         spec,
         drafter: new NgramDrafter(),
         accept: (logits, draft, generated) => acceptDraft(sampler, logits, draft, history(generated), V),
@@ -164,21 +189,24 @@ ${MODEL_HELP}`,
         pick: (logits, generated) => sampler.sample(logits, history(generated), V),
         onToken: (id) => {
           const { text: t, stop } = stopper.push(id);
-          if (!values.json) process.stdout.write(tok ? t : `${id} `);
-          return stop;
+          if (!values.json) process.stdout.write(tok ? show(t) : `${id} `);
+          return stop || interrupt.aborted;
         },
       });
-      const rest = stopper.finish();
+      const rest = stopper.finish(interrupt.aborted ? 'interrupted' : undefined);
+      const reason = stopper.reason === 'max_tokens' && room < gen && r.generated.length >= room ? 'context' : stopper.reason;
       const sum = rec.summary();
       if (values.json) {
-        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.generated, ...(tok ? { text: stopper.text } : {}), stop_reason: stopper.reason, architecture: cfg.arch, ...sum }));
+        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.generated, ...(tok ? { text: stopper.text } : {}), stop_reason: reason, architecture: cfg.arch, ctx, ...sum }));
       } else {
-        process.stdout.write(rest + '\n');
+        process.stdout.write(show(rest) + '\n');
+        if (reason === 'context') process.stderr.write(`[stopped: the context of ${ctx} tokens is full (prompt ${ids.length} + ${r.generated.length} generated); raise --ctx for more]\n`);
+        if (reason === 'interrupted') process.stderr.write('[interrupted]\n');
         process.stderr.write(formatSummary(sum) + '\n');
       }
     } finally {
       await model.close();
     }
-    return 0;
+    return interrupt.aborted ? 130 : 0;
   },
 };

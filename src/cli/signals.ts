@@ -15,3 +15,16 @@ export function stopOnSignals(what: string): AbortSignal {
   process.on('SIGTERM', onSignal);
   return ac.signal;
 }
+
+/**
+ * stdout closed by the reader (`k3 run ... | head -c 5`): EPIPE ends the process quietly with
+ * exit 0, as `yes | head` does (nothing on disk is in flight: commands print to stdout only after
+ * their files are complete). A failed write (`> /dev/full`: ENOSPC) is one error line, exit 1.
+ */
+export function endQuietlyOnClosedOutput(): void {
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+    process.stderr.write(`k3: cannot write to stdout (${e.code ?? e.message}${e.code === 'ENOSPC' ? ': no space left on device' : ''})\n`);
+    process.exit(1);
+  });
+}

@@ -3,6 +3,7 @@ import { parse, parseIntFlag } from './args.js';
 import { UserError } from '../util/errors.js';
 import { MiB, formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
+import { stopOnSignals } from './signals.js';
 import { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
 import { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
 
@@ -16,9 +17,9 @@ directory appears only when complete; rerunning with the same options does nothi
 options:
   --arch A              k3 (Kimi K3), kimi_linear (Kimi Linear), k2 (Kimi K2 / DeepSeek-V3)
   --out DIR             output directory
-  --preset P            tiny (default: the dims of shared/golden/<arch>), demo (K3, ~10 MB),
-                        k3-medium (K3, ~1.5 GB), k3-real-layers (K3 with the real layer and
-                        expert sizes, 4 layers x 32 experts by default, ~12 GB)
+  --preset P            tiny (default: the dims of shared/golden/<arch>), demo (K3, ~10 MiB),
+                        k3-medium (K3, ~1.4 GiB), k3-real-layers (K3 with the real layer and
+                        expert sizes, 4 layers x 32 experts by default, ~11 GiB)
   --experts-format F    mxfp4 (K3 default), bf16 (any arch; default for kimi_linear and k2),
                         int4 (K2-Thinking compressed-tensors), fp8 (K2: DeepSeek-V3 block FP8 of
                         every decoder linear but the router)
@@ -88,6 +89,7 @@ export const command: Command = {
       if (total < 256 * MiB) return; // small outputs finish before a progress line helps
       line.update(done, total);
     };
+    opts.signal = stopOnSignals('synth');
     const r = await synthCheckpoint(opts);
     line.end();
     if (values.json) {

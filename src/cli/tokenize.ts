@@ -1,6 +1,7 @@
 // `k3 tokenize DIR (--text TEXT | --text-file F) [--json] [--no-special]`: text to ids with the
 // tokenizer in DIR (a checkpoint, or a folder holding only tiktoken.model + tokenizer_config.json).
 
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { Command } from './command.js';
 import { parse } from './args.js';
@@ -15,7 +16,7 @@ Encodes text with the Kimi tokenizer in DIR (tiktoken.model + tokenizer_config.j
 directory or a folder holding only those two files). No BOS/EOS is added.
 
   --text TEXT       the text to encode
-  --text-file FILE  read the text from FILE (UTF-8)
+  --text-file FILE  read the text from FILE (UTF-8; - = stdin)
   --json            print {"ids": [...]} instead of comma-separated ids
   --no-special      treat special-token strings (<|im_end|>, [EOS], ...) as plain text;
                     by default they become their control ids, as the reference encode does`,
@@ -39,7 +40,7 @@ directory or a folder holding only those two files). No BOS/EOS is added.
     if (text === undefined) {
       const file = values['text-file']!;
       try {
-        text = await readFile(file, 'utf8');
+        text = file === '-' ? readFileSync(0, 'utf8') : await readFile(file, 'utf8');
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
         throw new UserError(`tokenize: cannot read --text-file ${file}: ${code === 'ENOENT' ? 'no such file' : (e as Error).message}`, code === 'ENOENT' ? 2 : 1);

@@ -18,6 +18,8 @@ export function argmax(logits: Float32Array, offset = 0, n = logits.length - off
   return best;
 }
 
+const yieldToEvents = (): Promise<void> => new Promise((r) => setImmediate(r));
+
 export interface GenerateOptions {
   chunk?: number;
   /** Choose the next id from the logits of the last position (default: argmax). */
@@ -46,8 +48,12 @@ export async function greedy(model: Model, state: SequenceState, prompt: number[
   const stepSeconds: number[] = [];
   for (let i = 0; i < n; i++) {
     const id = pick(logits, generated);
+    if (i === 0) opts.recorder?.firstToken();
     generated.push(id);
     if (opts.onToken?.(id) === true || i === n - 1) break;
+    // Let the event loop run between tokens: a SIGINT handler or a closed stdout (EPIPE) is
+    // only seen there (the forward pass itself never returns to the loop).
+    await yieldToEvents();
     const s = performance.now();
     logits = await model.forward(state, [id], 'last');
     stepSeconds.push((performance.now() - s) / 1000);

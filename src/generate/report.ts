@@ -3,7 +3,7 @@
 // time spent waiting for I/O, and peak RSS from the OS.
 
 import type { WeightStore, StoreStats } from '../store/store.js';
-import { formatMiB } from '../util/format.js';
+import { formatBytes } from '../util/format.js';
 
 export interface StepReport {
   token: number;
@@ -32,12 +32,16 @@ export interface RunSummary {
   steps: StepReport[];
   prefill_tokens: number;
   prefill_seconds: number;
+  /** Seconds from the start of the run (model loaded) to the first generated token. */
+  time_to_first_token: number;
   seconds_per_token: number;
   tokens_per_second: number;
   gb_read_per_token: { trunk: number; experts: number; embeddings: number };
   io_wait_share: number;
   peak_rss_bytes: number;
   budget_bytes: number;
+  /** The plan's floor: the smallest budget that works, i.e. a ceiling on peak RSS like the budget
+   *  (store/plan.ts). Peak RSS counts the pages touched, so it may stay below both. */
   floor_bytes: number;
   spec?: SpecReport;
 }
@@ -61,10 +65,17 @@ export class RunRecorder {
   prefillTokens = 0;
   /** Set by sweepDone: speculative totals, and the ids emitted beyond one per step. */
   private spec: { drafted: number; accepted: number; extra: number } | null = null;
+  private readonly t0 = performance.now();
+  firstTokenSeconds: number | null = null;
 
   constructor(private readonly store: WeightStore) {
     this.last = snap(store.stats);
     this.decodeStart = this.last;
+  }
+
+  /** Call when the first token has been chosen. */
+  firstToken(): void {
+    this.firstTokenSeconds ??= (performance.now() - this.t0) / 1000;
   }
 
   /** Call after the prefill forward. */
@@ -125,6 +136,7 @@ export class RunRecorder {
       steps: this.steps,
       prefill_tokens: this.prefillTokens,
       prefill_seconds: this.prefillSeconds,
+      time_to_first_token: this.firstTokenSeconds ?? this.prefillSeconds,
       seconds_per_token: spt,
       tokens_per_second: 1 / spt,
       gb_read_per_token: {
@@ -144,10 +156,10 @@ export class RunRecorder {
 export function formatSummary(r: RunSummary): string {
   const g = r.gb_read_per_token;
   return [
-    `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s)`,
+    `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s); first token after ${r.time_to_first_token.toFixed(3)} s`,
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
     ...(r.spec ? [`spec    ${r.spec.accepted} of ${r.spec.drafted} drafted tokens accepted; ${r.spec.tokens_per_sweep.toFixed(2)} tokens per sweep`] : []),
-    `read    ${(g.trunk * 1e3).toFixed(2)} MB trunk + ${(g.experts * 1e3).toFixed(2)} MB experts + ${(g.embeddings * 1e6).toFixed(1)} kB embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time`,
-    `memory  peak RSS ${formatMiB(r.peak_rss_bytes)} (budget ${formatMiB(r.budget_bytes)}, floor ${formatMiB(r.floor_bytes)})`,
+    `read    ${formatBytes(g.trunk * 1e9)} trunk + ${formatBytes(g.experts * 1e9)} experts + ${formatBytes(g.embeddings * 1e9)} embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time`,
+    `memory  peak RSS ${formatBytes(r.peak_rss_bytes)}, at most the budget ${formatBytes(r.budget_bytes)} (floor ${formatBytes(r.floor_bytes)}: the smallest budget, a ceiling on RSS; RSS counts only pages touched)`,
   ].join('\n');
 }

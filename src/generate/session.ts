@@ -125,6 +125,13 @@ export class ChatSession {
   async turn(text: string, io: { onText?: (s: string) => void; abort?: AbortFlag } = {}): Promise<TurnResult> {
     const abort = io.abort ?? { aborted: false };
     const target = [...this.history, ...(this.open ? this.closing() : []), ...this.userPiece(text)];
+    // The context the memory was planned for (--ctx) ends the conversation, as in `k3 run`.
+    const ctx = this.model.store.plan.ctx;
+    if (target.length >= ctx) {
+      const r: TurnResult = { ids: [], text: '', reason: 'context', promptIds: [], promptSeconds: 0, decodeTokens: 0, decodeSeconds: 0, reused: 0, rebuilt: null, interruptedInPrompt: false };
+      this.lastTurn = r;
+      return r;
+    }
     let rebuilt: string | null = null;
     const have = this.state.tokens;
     let i = 0;
@@ -167,6 +174,10 @@ export class ChatSession {
       const r = stopper.push(id);
       if (r.text) io.onText?.(r.text);
       if (r.stop) return true;
+      if (this.history.length >= ctx) {
+        io.onText?.(stopper.finish('context'));
+        return true;
+      }
       if (abort.aborted) {
         const rest = stopper.finish('interrupted');
         if (rest) io.onText?.(rest);
@@ -195,6 +206,11 @@ export class ChatSession {
     this.lastTurn = r;
     this.note = null;
     return r;
+  }
+
+  /** Tokens the conversation may hold (--ctx). */
+  get ctx(): number {
+    return this.model.store.plan.ctx;
   }
 
   /** Forget the conversation (the system message is used again on the next turn). */

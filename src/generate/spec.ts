@@ -119,7 +119,10 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   const stepSeconds: number[] = [];
   const gate = new DraftGate();
   let stopped = emit(choose(logits, undefined).id);
+  opts.recorder?.firstToken();
   while (!stopped) {
+    // Let the event loop run between sweeps (a SIGINT handler or a closed stdout is seen there).
+    await new Promise((r) => setImmediate(r));
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
     const room = gate.allow(Math.min(opts.spec, n - generated.length - 1));

@@ -20,6 +20,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import { UserError } from '../util/errors.js';
+import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
 
 export const STATE_MAGIC = 'K3STATE\0';
 export const STATE_VERSION = 1;
@@ -110,7 +111,8 @@ export function saveState(file: string, state: SequenceState, pending: readonly 
 
   const dir = path.dirname(path.resolve(file));
   if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
-  const tmp = `${file}.tmp-${process.pid}`;
+  removeStaleTmp(file);
+  const tmp = tmpPath(file);
   let total = 0;
   try {
     const fd = fs.openSync(tmp, 'w');

@@ -7,7 +7,7 @@
 import type { StreamDecoder, Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
-export type StopReason = 'stop_token' | 'stop_string' | 'max_tokens' | 'interrupted';
+export type StopReason = 'stop_token' | 'stop_string' | 'max_tokens' | 'context' | 'interrupted';
 
 export interface StopOptions {
   /** Ids that end generation; they are not part of the text. */

@@ -12,7 +12,6 @@ import {
   PACK_FORMAT,
   PACK_VERSION,
   PACK_VERSION_CODED,
-  errCode,
   readManifest,
   readPackedDir,
   type ExpertTemplateItem,
@@ -29,6 +28,7 @@ import { UserError } from '../util/errors.js';
 import { buildLayout } from './layout.js';
 import { codeTrunk, type CodedTensors } from './pack-code.js';
 import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';
+import { removeStaleTmp } from '../util/stale-tmp.js';
 
 export { DEFAULT_CHUNK } from './pack-io.js';
 export type { ExpertsMode, PackManifest } from '../checkpoint/packed.js';
@@ -261,31 +261,6 @@ export function manifestJson(m: PackManifest): string {
     return ks.length === 0 ? '{}' : `{\n${ks.map((k) => `${inner}${JSON.stringify(k)}: ${fmt((v as Record<string, unknown>)[k], depth + 1, inner)}`).join(',\n')}\n${indent}}`;
   };
   return fmt(m, 0, '') + '\n';
-}
-
-/** Remove `<out>.tmp-<pid>` directories left by packs whose process is gone. */
-function removeStaleTmp(outAbs: string): void {
-  const parent = path.dirname(outAbs);
-  const base = path.basename(outAbs);
-  let names: string[];
-  try {
-    names = fs.readdirSync(parent);
-  } catch {
-    return;
-  }
-  for (const n of names) {
-    const m = /^(.*)\.tmp-(\d+)$/.exec(n);
-    if (!m || m[1] !== base) continue;
-    const pid = Number(m[2]);
-    if (pid === process.pid) continue;
-    let alive = true;
-    try {
-      process.kill(pid, 0);
-    } catch (e) {
-      alive = errCode(e) !== 'ESRCH';
-    }
-    if (!alive) fs.rmSync(path.join(parent, n), { recursive: true, force: true });
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,6 +21,11 @@ export const BASELINE_BYTES = 112 * MiB;
 
 export interface Plan {
   budgetBytes: number;
+  /** The smallest budget that works: what the engine may hold at once at this context and chunk
+   *  (baseline + resident small tensors + state + MLA cache for `ctx` positions + scratch + the
+   *  minimal ring and one expert slot). Like the budget it is a ceiling on peak RSS, so the two
+   *  compare like with like; measured peak RSS is at most the budget and may be below the floor
+   *  (pages of an unused context or of the scratch slack are never touched). */
   floorBytes: number;
   /** Bytes the plan uses (<= budget; less when the model is smaller than the budget). */
   totalBytes: number;

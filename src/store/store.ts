@@ -398,18 +398,28 @@ export class WeightStore {
    * Read everything the plan keeps resident now, instead of on first use: the pinned trunk and,
    * when the cache holds every expert, all experts. Makes the first tokens as fast as the rest.
    */
-  async preload(): Promise<void> {
+  /** Read the resident weights now; `onProgress(bytes read, bytes to read)` after each batch. */
+  async preload(onProgress?: (done: number, total: number) => void): Promise<void> {
     const pins = this.layout.sequence.slice(0, this.plan.pinnedPieces);
+    const allExperts = this.plan.expertSlots > 0 && this.plan.expertSlots >= this.plan.expertsTotal;
+    const total = this.plan.pinnedBytes + (allExperts ? this.plan.expertCacheBytes : 0) + this.plan.embedResidentBytes;
+    const s = this.stats;
+    const read = () => s.trunkBytesRead + s.expertBytesRead + s.embedBytesRead + s.smallBytesRead;
+    const r0 = read();
+    const report = () => onProgress?.(Math.min(read() - r0, total), total);
     for (let i = 0; i < pins.length; i += 8) {
       await Promise.all(pins.slice(i, i + 8).map(async (p) => this.releasePiece((await this.acquirePiece(p), p))));
+      report();
     }
-    if (this.plan.expertSlots > 0 && this.plan.expertSlots >= this.plan.expertsTotal) {
+    if (allExperts) {
       const all = Array.from({ length: this.cfg.moe.experts }, (_, e) => e);
       for (let l = 0; l < this.cfg.numLayers; l++) {
         if (this.cfg.layers[l]!.ffn === 'moe') await this.experts(l, all, async () => {});
+        report();
       }
     }
     if (this.plan.embedResidentBytes > 0) await this.embedRows([0]);
+    onProgress?.(total, total);
     this.stats.ioWaitMs = 0;
   }
 

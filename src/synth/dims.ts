@@ -87,6 +87,8 @@ export interface SynthOptions extends Partial<SynthDims> {
   extraFiles?: Record<string, string | Uint8Array>;
   /** Progress callback: bytes written so far and the total. */
   onProgress?: (done: number, total: number) => void;
+  /** An abort (the CLI's SIGINT / SIGTERM) stops the write; nothing is left behind. */
+  signal?: AbortSignal;
 }
 
 /** Everything that determines the checkpoint's bytes (stored in synth.json). */

@@ -16,6 +16,7 @@ import { resolveSynth, type ResolvedSynth, type SynthOptions } from './dims.js';
 import { makeFill } from './gen.js';
 import { planCheckpoint, type CheckpointPlan } from './plan.js';
 import { indexJson, safetensorsLayout, writeFileAtomic, writeSafetensors } from './writer.js';
+import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
 
 export type { SynthOptions, SynthDims, SynthArch, SynthPreset, ExpertsFormat, ResolvedSynth } from './dims.js';
 export { resolveSynth, presetDims, defaultMlaLayers } from './dims.js';
@@ -115,7 +116,8 @@ export async function synthCheckpoint(opts: SynthOptions): Promise<SynthResult> 
   }
 
   await fsp.mkdir(path.dirname(out), { recursive: true });
-  const tmp = `${out}.tmp-${process.pid}`;
+  removeStaleTmp(out);
+  const tmp = tmpPath(out);
   await fsp.rm(tmp, { recursive: true, force: true });
   await fsp.mkdir(tmp);
   let ok = false;
@@ -126,6 +128,7 @@ export async function synthCheckpoint(opts: SynthOptions): Promise<SynthResult> 
       const tensors = shard.tensors.map((tp) => ({ name: tp.name, dtype: tp.dtype, shape: tp.shape, fill: makeFill(tp, resolved.seed) }));
       const before = done;
       await writeSafetensors(path.join(tmp, shard.file), tensors, {
+        signal: opts.signal,
         onBytes: (n) => {
           done = before + n;
           const now = performance.now();

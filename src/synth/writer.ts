@@ -74,6 +74,8 @@ export interface WriteOptions {
   chunkBytes?: number;
   /** Called after each completed write with the bytes written so far in this file. */
   onBytes?: (written: number) => void;
+  /** Checked before each chunk: an abort stops the write and removes the partial file. */
+  signal?: AbortSignal;
 }
 
 /** A sequential file writer with two alternating buffers (fill one while the other is written). */
@@ -149,6 +151,7 @@ export async function writeSafetensors(file: string, tensors: readonly TensorToW
   try {
     await copyIn(out, layout.header);
     for (const t of tensors) {
+      opts.signal?.throwIfAborted();
       const n = tensorNbytes(t);
       const sources = Number(t.fill !== undefined) + Number(t.chunks !== undefined) + Number(t.data !== undefined);
       if (sources !== 1) throw new Error(`safetensors writer: tensor ${t.name} needs exactly one of fill, chunks, data`);
@@ -169,6 +172,7 @@ export async function writeSafetensors(file: string, tensors: readonly TensorToW
           let take = Math.min(n - off, out.space);
           if (take < n - off) take -= take % 64; // every piece but the last: a multiple of 64
           if (take === 0) {
+            opts.signal?.throwIfAborted();
             await out.flush();
             continue;
           }
