@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
+import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
 import { FaultyReader } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
 import { UserError } from '../util/errors.js';
@@ -21,6 +22,7 @@ export const MODEL_OPTIONS = {
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
+  io: { type: 'string' },
 } as const;
 
 export const MODEL_HELP = `model options:
@@ -39,7 +41,10 @@ export const MODEL_HELP = `model options:
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
                                    or the config's rms_norm_eps (vLLM, llama.cpp)
-  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
+  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)
+  --io direct|buffered|auto        read weights with O_DIRECT (no page cache: the disk is the disk, and
+                                   the cache does not eat the budget) or through the page cache; auto
+                                   (default): direct where the filesystem allows it, else buffered`;
 
 export interface ModelFlags {
   memory?: string;
@@ -52,6 +57,7 @@ export interface ModelFlags {
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
+  io?: string;
 }
 
 export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
@@ -63,7 +69,10 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
-  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined;
+  const io = flags.io ?? 'auto';
+  if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);
+  const base = makeReader(io as IoMode, () => new FsReader());
+  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : base;
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);

@@ -205,6 +205,40 @@ export class ExpertCache<V> {
     return true;
   }
 
+  /**
+   * Lookahead (issue 9): reserve slots for guessed experts of an upcoming `layer` step, taking free
+   * slots first, then victims the policy picks among entries that neither the current step nor
+   * this guess uses. Not a use: no hit or miss is counted and the policy is not told. Returns the
+   * guesses that got a slot, for the caller to read and `putGuess`.
+   */
+  reserveGuesses(layer: number, experts: Iterable<number>): number[] {
+    const guess = new Set<number>();
+    for (const e of experts) if (!this.entries.has(expertKey(layer, e))) guess.add(e);
+    const keys = new Set([...guess].map((e) => expertKey(layer, e)));
+    const free = this.slots - this.entries.size;
+    const need = guess.size - free;
+    if (need > 0) {
+      const candidates: number[] = [];
+      for (const k of this.entries.keys()) if (!this.current.has(k) && !keys.has(k)) candidates.push(k);
+      for (const k of this.policy.selectVictims(candidates, Math.min(need, candidates.length))) this.evict(k);
+    }
+    const got: number[] = [];
+    for (const e of guess) {
+      if (this.entries.size >= this.slots) break;
+      this.entries.set(expertKey(layer, e), undefined);
+      got.push(e);
+    }
+    return got;
+  }
+
+  /** Store the value of a guess `reserveGuesses` gave a slot (false if it has been evicted since). */
+  putGuess(layer: number, expert: number, value: V): boolean {
+    const k = expertKey(layer, expert);
+    if (!this.entries.has(k)) return false;
+    this.entries.set(k, value);
+    return true;
+  }
+
   /** Drop everything (stats and policy state are kept). */
   clear(): void {
     for (const k of [...this.entries.keys()]) this.evict(k);
