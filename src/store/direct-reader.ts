@@ -66,7 +66,7 @@ export class DirectReader implements Reader {
     let fd = this.fds.get(file);
     if (fd !== undefined) return fd;
     try {
-      fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_DIRECT);
+      fd = this.openDirect(file);
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code !== 'EINVAL' && code !== 'EOPNOTSUPP') throw new ReadError(`${file}: cannot open (${code ?? String(e)})`, 4);
@@ -75,6 +75,11 @@ export class DirectReader implements Reader {
     }
     this.fds.set(file, fd);
     return fd;
+  }
+
+  /** open(2) with O_DIRECT (a test double overrides it to play a filesystem that refuses). */
+  protected openDirect(file: string): number {
+    return fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_DIRECT);
   }
 
   private buffered(file: string, why: string): void {
@@ -94,8 +99,8 @@ export class DirectReader implements Reader {
       let lo = 0;
       if (offset % ALIGN === 0 && into.byteOffset % ALIGN === 0 && !this.refused.has(into.buffer)) {
         const bulk = into.byteLength - (into.byteLength % ALIGN);
-        for (; lo < bulk; lo += CHUNK) {
-          const part = into.subarray(lo, lo + Math.min(CHUNK, bulk - lo));
+        for (; lo < bulk; lo = Math.min(bulk, lo + CHUNK)) {
+          const part = into.subarray(lo, Math.min(bulk, lo + CHUNK));
           const at = offset + lo;
           jobs.push(this.limited((slot) => this.inPlace(fd, file, at, part, slot)));
         }

@@ -90,7 +90,7 @@ export type StoreEvent =
   | { kind: 'routed'; layer: number; experts: number[] }
   | { kind: 'read-expert'; layer: number; expert: number; guess: boolean }
   | { kind: 'use-expert'; layer: number; expert: number }
-  | { kind: 'use-matrix'; name: string };
+  | { kind: 'use-matrix'; name: string; row: number };
 
 export interface StoreOptions {
   /** Memory budget: bytes, or a size string / preset resolved against this model (default: everything resident). */
@@ -235,7 +235,11 @@ export class WeightStore {
     const m = this.layout.matrices.get(base);
     if (!m) throw new UserError(`missing tensor ${base}.weight in the checkpoint`);
     if (m.rows !== rows || m.cols !== cols) throw new UserError(`tensor ${base} is [${m.rows}, ${m.cols}], expected [${rows}, ${cols}]`);
-    const acquire = (p: Piece) => (this.trace?.({ kind: 'use-matrix', name: base }), this.acquirePiece(p));
+    const acquire = async (p: Piece) => {
+      const buf = await this.acquirePiece(p);
+      this.trace?.({ kind: 'use-matrix', name: base, row: p.r0 });
+      return buf;
+    };
     const release = (p: Piece) => this.releasePiece(p);
     return {
       name: base,
