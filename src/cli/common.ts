@@ -60,6 +60,13 @@ export interface ModelFlags {
   io?: string;
 }
 
+/** The --io flag, checked (default auto). */
+export function ioMode(cmd: string, flag: string | undefined): IoMode {
+  const io = flag ?? 'auto';
+  if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);
+  return io as IoMode;
+}
+
 export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
   if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
   if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
@@ -69,9 +76,7 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
-  const io = flags.io ?? 'auto';
-  if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);
-  const base = makeReader(io as IoMode, () => new FsReader());
+  const base = makeReader(ioMode(cmd, flags.io), () => new FsReader());
   const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : base;
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
