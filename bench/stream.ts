@@ -168,9 +168,9 @@ interface Row {
   r: RunJson | null;
 }
 
-function run(name: string, dir: string, budget: number, gen: number, io: string, cap: number | null): Row {
-  const cmd = [process.execPath, CLI, 'run', dir, '--ids', '11,22,33,44', '--gen', String(gen), '--ctx', '256', '--chunk', '8', '--json', '--memory', String(budget), '--io', io, '--threads', values.threads!];
-  const cg = cap !== null ? memoryCgroup(cap, name) : null;
+function run(name: string, dir: string, budget: number, gen: number, io: string, cap: number | null, extra: string[] = []): Row {
+  const cmd = [process.execPath, CLI, 'run', dir, '--ids', '11,22,33,44', '--gen', String(gen), '--ctx', '256', '--chunk', '8', '--json', '--memory', String(budget), '--io', io, '--threads', values.threads!, ...extra];
+  const cg = cap !== null ? memoryCgroup(cap, name.trim().replace(/\W+/g, '-')) : null;
   if (cap !== null && !cg) log(`  (no memory cgroup can be made here: ${name} runs without the cap)`);
   dropCaches(); // every run starts from the disk
   const full = cg ? cg.wrap(cmd) : cmd;
@@ -213,6 +213,8 @@ async function main(): Promise<void> {
   rows.push(run('streamed-buffered', dir, cap, gen, 'buffered', cap));
   log(`trunk pinned, experts cached at a quarter (${formatGB(pinnedBudget)} cap), --io direct …`);
   rows.push(run('experts-streamed', dir, pinnedBudget, gen, 'direct', pinnedBudget));
+  log('the same without lookahead …');
+  rows.push(run('  no lookahead', dir, pinnedBudget, gen, 'direct', pinnedBudget, ['--no-lookahead']));
   for (const r of rows) if (!r.ok) log(`${r.run} FAILED: ${r.error}`);
   const resident = rows[0]!.r;
   const compute = resident?.seconds_per_token ?? NaN;

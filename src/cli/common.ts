@@ -23,6 +23,7 @@ export const MODEL_OPTIONS = {
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
   io: { type: 'string' },
+  'no-lookahead': { type: 'boolean' },
 } as const;
 
 export const MODEL_HELP = `model options:
@@ -44,7 +45,8 @@ export const MODEL_HELP = `model options:
   --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)
   --io direct|buffered|auto        read weights with O_DIRECT (no page cache: the disk is the disk, and
                                    the cache does not eat the budget) or through the page cache; auto
-                                   (default): direct where the filesystem allows it, else buffered`;
+                                   (default): direct where the filesystem allows it, else buffered
+  --no-lookahead                   do not guess the next MoE layer's experts to read them early`;
 
 export interface ModelFlags {
   memory?: string;
@@ -58,6 +60,7 @@ export interface ModelFlags {
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
   io?: string;
+  'no-lookahead'?: boolean;
 }
 
 /** The --io flag, checked (default auto). */
@@ -81,7 +84,7 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
-  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } };
+  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
   const fastExperts = flags['fast-experts'] ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
