@@ -206,7 +206,10 @@ test('moe: latent MoE, norm on the aggregate, shared experts on the full-width i
       latent: { down: view(f, 'down_weight'), up: view(f, 'up_weight'), norm: arr(f, 'norm_weight') },
     },
     x, T,
-    async (ids, use) => use(ids.map((e) => ({ expert: e, w: { gate: view(f, `experts_${e}_w1_weight`), up: view(f, `experts_${e}_w3_weight`), down: view(f, `experts_${e}_w2_weight`) } }))),
+    {
+      begin: (ids) => async (use) => use(ids.map((e) => ({ expert: e, w: { gate: view(f, `experts_${e}_w1_weight`), up: view(f, `experts_${e}_w3_weight`), down: view(f, `experts_${e}_w2_weight`) } }))),
+      next: async () => null,
+    },
   );
   close(y, arr(f, 'out'), 'out');
 });

@@ -285,13 +285,14 @@ export function trunkOrder(cfg: ModelConfig): TrunkMatrix[] {
       const f = n.moe(l);
       add(l, f.router, mo.experts, D);
       if (mo.latentDim) add(l, f.latentDown, mo.latentDim, D);
-      if (mo.latentDim) add(l, f.latentUp, D, mo.latentDim);
+      // The shared expert runs while the routed experts are read, before the latent up (model/moe.ts).
       if (mo.shared > 0) {
         const w = mo.intermediate * mo.shared;
         add(l, f.shared.gate, w, D);
         add(l, f.shared.up, w, D);
         add(l, f.shared.down, D, w);
       }
+      if (mo.latentDim) add(l, f.latentUp, D, mo.latentDim);
     }
   }
   add('head', n.lmHead, cfg.vocabSize, D);

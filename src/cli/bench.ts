@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
 import { Model } from '../model/model.js';
 import { census } from '../checkpoint/census.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
@@ -107,7 +107,7 @@ ${MODEL_HELP}`,
     const kernelRows: { kind: string; shape: [number, number]; threads: number; gmac_per_s: number; gb_per_s: number }[] = [];
     let info: { arch: string; params: number; bytes: number } | null = null;
     for (const threads of list) {
-      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8, (klIds?.length ?? 64) + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' } });
+      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8, (klIds?.length ?? 64) + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' }, io: ioMode('bench', values.io) });
       try {
         await model.store.preload();
         const cfg = model.config;

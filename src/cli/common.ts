@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
+import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
 import { FaultyReader } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
 import type { Tokenizer } from '../tokenizer/index.js';
@@ -26,6 +27,8 @@ export const MODEL_OPTIONS = {
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
+  io: { type: 'string' },
+  'no-lookahead': { type: 'boolean' },
 } as const;
 
 export const MODEL_HELP = `model options:
@@ -45,7 +48,11 @@ export const MODEL_HELP = `model options:
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
                                    or the config's rms_norm_eps (vLLM, llama.cpp)
-  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
+  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)
+  --io direct|buffered|auto        read weights with O_DIRECT (no page cache: the disk is the disk, and
+                                   the cache does not eat the budget) or through the page cache; auto
+                                   (default): direct where the filesystem allows it, else buffered
+  --no-lookahead                   do not guess the next MoE layer's experts to read them early`;
 
 export interface ModelFlags {
   model?: string;
@@ -59,6 +66,15 @@ export interface ModelFlags {
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
+  io?: string;
+  'no-lookahead'?: boolean;
+}
+
+/** The --io flag, checked (default auto). */
+export function ioMode(cmd: string, flag: string | undefined): IoMode {
+  const io = flag ?? 'auto';
+  if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);
+  return io as IoMode;
 }
 
 /** The model directory exists and is one (checked first, so a missing folder is named as such). */
@@ -85,11 +101,12 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
-  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined;
+  const base = makeReader(ioMode(cmd, flags.io), () => new FsReader());
+  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : base;
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
-  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } };
+  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
   const fastExperts = flags['fast-experts'] ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });

@@ -38,6 +38,10 @@ export interface RunSummary {
   tokens_per_second: number;
   gb_read_per_token: { trunk: number; experts: number; embeddings: number };
   io_wait_share: number;
+  /** Share of decode read time (some read in flight) that the forward pass did not wait through: hidden behind compute. */
+  io_overlap: number | null;
+  /** Lookahead: share of guessed experts the router then chose (null: no guesses, e.g. trunk streamed or all experts resident). */
+  prefetch_hit_rate: number | null;
   peak_rss_bytes: number;
   budget_bytes: number;
   /** The plan's floor: the smallest budget that works, i.e. a ceiling on peak RSS like the budget
@@ -145,6 +149,8 @@ export class RunRecorder {
         embeddings: (s.embedBytesRead - d.embedBytesRead) / n / 1e9,
       },
       io_wait_share: this.steps.length && wall > 0 ? Math.min(1, (s.ioWaitMs - d.ioWaitMs) / 1000 / wall) : 0,
+      io_overlap: s.readBusyMs > d.readBusyMs ? Math.max(0, Math.min(1, 1 - (s.ioWaitMs - d.ioWaitMs) / (s.readBusyMs - d.readBusyMs))) : null,
+      prefetch_hit_rate: s.guesses > d.guesses ? (s.guessHits - d.guessHits) / (s.guesses - d.guesses) : null,
       peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
       budget_bytes: this.store.plan.budgetBytes,
       floor_bytes: this.store.plan.floorBytes,
@@ -159,7 +165,7 @@ export function formatSummary(r: RunSummary): string {
     `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s); first token after ${r.time_to_first_token.toFixed(3)} s`,
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
     ...(r.spec ? [`spec    ${r.spec.accepted} of ${r.spec.drafted} drafted tokens accepted; ${r.spec.tokens_per_sweep.toFixed(2)} tokens per sweep`] : []),
-    `read    ${formatBytes(g.trunk * 1e9)} trunk + ${formatBytes(g.experts * 1e9)} experts + ${formatBytes(g.embeddings * 1e9)} embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time`,
+    `read    ${formatBytes(g.trunk * 1e9)} trunk + ${formatBytes(g.experts * 1e9)} experts + ${formatBytes(g.embeddings * 1e9)} embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time${r.io_overlap === null ? '' : `, ${(r.io_overlap * 100).toFixed(0)}% of read time hidden behind compute`}${r.prefetch_hit_rate === null ? '' : `; expert guesses right ${(r.prefetch_hit_rate * 100).toFixed(0)}%`}`,
     `memory  peak RSS ${formatBytes(r.peak_rss_bytes)}, at most the budget ${formatBytes(r.budget_bytes)} (floor ${formatBytes(r.floor_bytes)}: the smallest budget, a ceiling on RSS; RSS counts only pages touched)`,
   ].join('\n');
 }

@@ -2,6 +2,11 @@
 // norm (§4.5). Tokens of a chunk are routed first; each chosen expert is then fetched once and
 // applied to every token that chose it; each token's weighted sum is accumulated in router order,
 // so a token's numbers do not depend on the other tokens of the chunk.
+//
+// Overlap (issue 9): the chosen experts' reads start the moment the router has chosen; the shared
+// expert, the lookahead guess for the next MoE layer and the already resident experts are
+// computed while they are in flight. None of this changes a number: each product is the same
+// canonical dot product whenever it runs, and the sums keep their order.
 
 import type { Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
@@ -21,12 +26,19 @@ export interface MoeParams extends RouterConfig {
   eps: number;
 }
 
-/**
- * Lends routed experts: called once per MoE block with every distinct expert the chunk chose, in
- * ascending id order; calls `use` with batches of them (as many as the cache holds at once), each
- * expert's weights valid only during that call.
- */
-export type ExpertFetch = (ids: number[], use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>;
+/** Calls `use` with batches of the experts begun (as many as the cache holds at once), each expert's weights valid only during that call. */
+export type LendExperts = (use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>;
+
+/** Where a MoE block's routed experts come from. */
+export interface ExpertFetch {
+  /** Called once per MoE block with every distinct expert the chunk chose, ascending: starts their reads now. */
+  begin(ids: number[]): LendExperts;
+  /**
+   * Lookahead: the next MoE layer's router and bias, and where guesses of its experts go, when
+   * guessing costs no weight read (its router is resident); null otherwise.
+   */
+  next(): Promise<{ gate: Mat; bias: Float32Array; guess(ids: number[]): void } | null>;
+}
 
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
 export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
@@ -41,10 +53,20 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   const users = new Map<number, number[]>();
   for (let t = 0; t < T; t++) for (const e of routing.ids[t]!) (users.get(e) ?? users.set(e, []).get(e)!).push(t);
   const chosen = [...users.keys()].sort((a, b) => a - b);
+  const lend = fetch.begin(chosen); // the reads start here
+
+  // Meanwhile: guess the next MoE layer's experts from this layer's input (its router applied to
+  // x; the guess only decides what is read ahead), and the shared expert.
+  const next = await fetch.next();
+  if (next) {
+    const g = route(p, await linear(c, next.gate, x, T), next.bias, T);
+    next.guess([...new Set(g.ids.flatMap((r) => [...r]))].sort((a, b) => a - b));
+  }
+  const s = w.shared ? await gatedMlp(c, w.shared, x, T, p.act) : null;
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
-  await fetch(chosen, async (batch) => {
+  await lend(async (batch) => {
     // The batch's gate and up products in one call, then its down products: independent
     // products, each the same canonical dots as alone.
     const xin = batch.map(({ expert }) => {
@@ -81,9 +103,6 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   } else {
     out = routed;
   }
-  if (w.shared) {
-    const s = await gatedMlp(c, w.shared, x, T, p.act);
-    for (let i = 0; i < out.length; i++) out[i] = out[i]! + s[i]!;
-  }
+  if (s) for (let i = 0; i < out.length; i++) out[i] = out[i]! + s[i]!;
   return out;
 }

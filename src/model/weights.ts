@@ -91,5 +91,15 @@ export async function moeWeights(store: WeightStore, cfg: ModelConfig, l: number
 }
 
 export function expertFetch(store: WeightStore, cfg: ModelConfig, l: number): ExpertFetch {
-  return (ids, use) => store.experts(l, ids, use);
+  return {
+    begin: (ids) => store.beginExperts(l, ids),
+    async next() {
+      const n = store.lookaheadLayer(l);
+      if (n === null) return null;
+      const names = namesOf(cfg).moe(n);
+      const gate = store.mat(names.router, cfg.moe.experts, cfg.hiddenSize);
+      if (!gate.resident) return null;
+      return { gate, bias: await store.vector(names.bias, cfg.moe.experts), guess: (ids) => store.guessExperts(n, ids) };
+    },
+  };
 }

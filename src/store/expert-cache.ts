@@ -58,6 +58,11 @@ export interface EvictionPolicy {
   forget(key: number): void;
   /** Choose `count` keys to evict among `candidates` (resident, not requested this step). */
   selectVictims(candidates: readonly number[], count: number): number[];
+  /**
+   * Whether `key` is unlikely to be used before its layer's next visit but one (a lookahead guess
+   * may take its slot). A policy without an estimate leaves guesses only the free slots.
+   */
+  expendable?(key: number): boolean;
 }
 
 /** The `count` candidates with the lowest `score` (ties: earlier candidate first). */
@@ -201,6 +206,42 @@ export class ExpertCache<V> {
       this.entries.set(k, value);
       return true;
     }
+    this.entries.set(k, value);
+    return true;
+  }
+
+  /**
+   * Lookahead (issue 9): reserve slots for guessed experts of an upcoming `layer` step, taking free
+   * slots first, then victims the policy picks among entries that neither the current step nor
+   * this guess uses and that it deems expendable. Not a use: no hit or miss is counted and the policy is not told. Returns the
+   * guesses that got a slot, for the caller to read and `putGuess`.
+   */
+  reserveGuesses(layer: number, experts: Iterable<number>): number[] {
+    const guess = new Set<number>();
+    for (const e of experts) if (!this.entries.has(expertKey(layer, e))) guess.add(e);
+    const keys = new Set([...guess].map((e) => expertKey(layer, e)));
+    const free = this.slots - this.entries.size;
+    const need = guess.size - free;
+    if (need > 0 && this.policy.expendable) {
+      // Only entries the policy expects to sit unused for a while: a guess that evicted a likely
+      // hit would trade one read for another.
+      const candidates: number[] = [];
+      for (const k of this.entries.keys()) if (!this.current.has(k) && !keys.has(k) && this.policy.expendable(k)) candidates.push(k);
+      for (const k of this.policy.selectVictims(candidates, Math.min(need, candidates.length))) this.evict(k);
+    }
+    const got: number[] = [];
+    for (const e of guess) {
+      if (this.entries.size >= this.slots) break;
+      this.entries.set(expertKey(layer, e), undefined);
+      got.push(e);
+    }
+    return got;
+  }
+
+  /** Store the value of a guess `reserveGuesses` gave a slot (false if it has been evicted since). */
+  putGuess(layer: number, expert: number, value: V): boolean {
+    const k = expertKey(layer, expert);
+    if (!this.entries.has(k)) return false;
     this.entries.set(k, value);
     return true;
   }
@@ -395,6 +436,11 @@ export class CyclePolicy implements EvictionPolicy {
     const c = this.chosen.get(key) ?? 0;
     const s = this.span.get(key) ?? 0;
     return (c + prior * p0) / (s + prior || 1);
+  }
+
+  /** Less than an even chance of being chosen at its layer's next visit (expected next use beyond one cycle). */
+  expendable(key: number): boolean {
+    return this.expectedNextUse(key) > this.layers;
   }
 
   /** Estimated layer steps until `key` is next used. */

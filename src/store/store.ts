@@ -4,7 +4,8 @@
 //
 //   pinned trunk    the first pieces of the forward order, kept after their first read
 //   ring            the other trunk pieces, streamed with read-ahead (ring.ts)
-//   expert cache    slots of one expert each, filled with parallel reads when a router has chosen
+//   expert cache    slots of one expert each, filled with parallel reads the moment a router has
+//                   chosen (and, by lookahead, with guesses for the next layer before it has)
 //   small tensors   norms, biases, conv taps: resident once read
 //   embedding       rows read on demand
 
@@ -15,7 +16,8 @@ import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
 import { decodeRow } from '../formats/decode.js';
 import { ReadError, UserError } from '../util/errors.js';
-import { CyclePolicy, ExpertCache } from './expert-cache.js';
+import { makeReader, type IoMode } from './direct-reader.js';
+import { CyclePolicy, ExpertCache, expertKey, keyLayer } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
@@ -75,7 +77,21 @@ export interface StoreStats {
   ioWaitMs: number;
   expertHits: number;
   expertMisses: number;
+  /** Milliseconds during which at least one read was in flight (compare ioWaitMs: io_overlap). */
+  readBusyMs: number;
+  /** Lookahead: experts guessed for a layer before its router ran, and those its router then chose. */
+  guesses: number;
+  guessHits: number;
+  /** Guessed experts read ahead (guesses that were not resident already). */
+  guessReads: number;
 }
+
+/** What the store did, in order, for tests that check when reads are issued (see `WeightStore.trace`). */
+export type StoreEvent =
+  | { kind: 'routed'; layer: number; experts: number[] }
+  | { kind: 'read-expert'; layer: number; expert: number; guess: boolean }
+  | { kind: 'use-expert'; layer: number; expert: number }
+  | { kind: 'use-matrix'; name: string; row: number };
 
 export interface StoreOptions {
   /** Memory budget: bytes, or a size string / preset resolved against this model (default: everything resident). */
@@ -87,6 +103,12 @@ export interface StoreOptions {
   maxPiece?: number;
   /** Where weight memory comes from (kernel memory, so kernels use the bytes in place); default plain memory. */
   alloc?: (bytes: number) => Uint8Array;
+  /** How weights are read when no `reader` is given: O_DIRECT (direct, auto) or through the page cache (buffered, the default here; the CLI's is auto). */
+  io?: IoMode;
+  /** Where a one-time notice goes (e.g. "filesystem refuses O_DIRECT"); default stderr. */
+  notice?: (msg: string) => void;
+  /** Lookahead expert prefetch (default on): guess the next MoE layer's experts and read them early. */
+  lookahead?: boolean;
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -96,7 +118,13 @@ const plainAlloc = (bytes: number): Uint8Array => new Uint8Array(bytes);
 
 export class WeightStore {
   readonly plan: Plan;
-  readonly stats: StoreStats = { trunkBytesRead: 0, expertBytesRead: 0, embedBytesRead: 0, smallBytesRead: 0, ioWaitMs: 0, expertHits: 0, expertMisses: 0 };
+  readonly stats: StoreStats = { trunkBytesRead: 0, expertBytesRead: 0, embedBytesRead: 0, smallBytesRead: 0, ioWaitMs: 0, expertHits: 0, expertMisses: 0, readBusyMs: 0, guesses: 0, guessHits: 0, guessReads: 0 };
+  /** Lookahead expert prefetch on (guesses decide only what is read early, never what is computed). */
+  lookahead = true;
+  /** Test hook: replaces each lookahead guess (e.g. with experts sure to be wrong). */
+  guessOverride: ((layer: number, guessed: number[]) => number[]) | null = null;
+  /** Test hook: told of every expert read, expert use and matrix use, in order. */
+  trace: ((e: StoreEvent) => void) | null = null;
   private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void> }>();
   private readonly ring: Ring;
   private readonly smalls = new Map<string, Promise<Float32Array>>();
@@ -119,7 +147,8 @@ export class WeightStore {
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
     this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
-    this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (_l, _e, slot) => {
+    this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (l, e, slot) => {
+      this.pending.delete(expertKey(l, e));
       if (slot !== undefined) this.freeSlots.push(slot);
     });
   }
@@ -131,7 +160,10 @@ export class WeightStore {
 
   /** Open from what `prepareStore` read (config, tensor index, layout, budget), so it is read once. */
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
-    return new WeightStore(p.cfg, p.entries, p.layout, opts.reader ?? new FsReader(), p.state, p.budget, p.ctx, p.chunk, opts.alloc);
+    const reader = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc);
+    store.lookahead = opts.lookahead ?? true;
+    return store;
   }
 
   /** The plan `open` would make, without refusing a budget below the floor or opening files. */
@@ -151,8 +183,21 @@ export class WeightStore {
     return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
   }
 
+  private inFlight = 0;
+  private busySince = 0;
+
+  /** Every read goes through here: counts the time at least one read is in flight. */
+  private async io(file: string, offset: number, into: Uint8Array): Promise<void> {
+    if (this.inFlight++ === 0) this.busySince = performance.now();
+    try {
+      await this.reader.read(file, offset, into);
+    } finally {
+      if (--this.inFlight === 0) this.stats.readBusyMs += performance.now() - this.busySince;
+    }
+  }
+
   private async readRange(r: Range, into: Uint8Array): Promise<void> {
-    await this.reader.read(r.file, r.offset, into);
+    await this.io(r.file, r.offset, into);
   }
 
   private async readPiece(p: Piece, into: Uint8Array): Promise<void> {
@@ -198,7 +243,11 @@ export class WeightStore {
     const m = this.layout.matrices.get(base);
     if (!m) throw new UserError(`missing tensor ${base}.weight in the checkpoint`);
     if (m.rows !== rows || m.cols !== cols) throw new UserError(`tensor ${base} is [${m.rows}, ${m.cols}], expected [${rows}, ${cols}]`);
-    const acquire = (p: Piece) => this.acquirePiece(p);
+    const acquire = async (p: Piece) => {
+      const buf = await this.acquirePiece(p);
+      this.trace?.({ kind: 'use-matrix', name: base, row: p.r0 });
+      return buf;
+    };
     const release = (p: Piece) => this.releasePiece(p);
     return {
       name: base,
@@ -249,7 +298,7 @@ export class WeightStore {
     const n = e.shape.reduce((a, b) => a * b, 1);
     if (atLeast ? n < count : n !== count) throw new UserError(`${e.file}: tensor ${name} has ${n} elements (shape ${JSON.stringify(e.shape)}), expected ${count}`);
     const b = new Uint8Array(e.nbytes);
-    await this.reader.read(e.file, e.offset, b);
+    await this.io(e.file, e.offset, b);
     this.stats.smallBytesRead += e.nbytes;
     const out = new Float32Array(n);
     const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -291,7 +340,7 @@ export class WeightStore {
       return out;
     }
     const bufs = ids.map(() => new Uint8Array(rowBytes));
-    await Promise.all(ids.map((id, i) => this.reader.read(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
+    await Promise.all(ids.map((id, i) => this.io(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
     ids.forEach((_, i) => {
       decodeRow({ name: 'embed', format: E.format, rows: 1, cols: D, data: bufs[i]! }, 0, out.subarray(i * D, (i + 1) * D));
     });
@@ -362,35 +411,118 @@ export class WeightStore {
     return s;
   }
 
+  /** Reads into each expert slot, chained: a slot is refilled only after its last read settled. */
+  private readonly slotBusy: Promise<void>[] = [];
+  /** Expert reads still in flight, by expertKey: a hit on one waits for it. */
+  private readonly pending = new Map<number, Promise<void>>();
+  /** Lookahead guesses not yet settled by their layer's router, by expertKey. */
+  private readonly guessed = new Set<number>();
+  /** The last layer begun fits the cache in one batch (only then are guesses read ahead). */
+  private oneBatch = false;
+
+  /** Start reading expert (l, e) into a free slot now; the cache maps it to that slot. */
+  private startRead(l: number, e: number, guess: boolean, put: (slot: number) => boolean): void {
+    const si = this.freeSlots.pop() ?? this.slots.length;
+    const buf = this.slot(si);
+    if (!put(si)) {
+      this.freeSlots.push(si);
+      return;
+    }
+    this.trace?.({ kind: 'read-expert', layer: l, expert: e, guess });
+    const read = (this.slotBusy[si] ?? Promise.resolve()).catch(() => {}).then(() => this.readExpert(l, e, buf));
+    this.slotBusy[si] = read;
+    const key = expertKey(l, e);
+    this.pending.set(key, read);
+    // A failed guess that nobody uses must not surface as an unhandled rejection; a use awaits it.
+    read.then(() => this.pending.get(key) === read && this.pending.delete(key), () => {});
+  }
+
+  /** Count layer l's lookahead guesses against what its router chose. */
+  private settleGuesses(l: number, chosen: number[]): void {
+    for (const e of chosen) if (this.guessed.delete(expertKey(l, e))) this.stats.guessHits++;
+    for (const k of [...this.guessed]) if (keyLayer(k) === l) this.guessed.delete(k);
+  }
+
+  /** Cache step for one batch of layer l and the start of its missing reads. */
+  private startBatch(l: number, part: number[]): { part: number[]; missing: Set<number> } {
+    const missing = this.cache.step(l, part);
+    this.stats.expertMisses += missing.length;
+    this.stats.expertHits += part.length - missing.length;
+    for (const e of missing) this.startRead(l, e, false, (si) => this.cache.put(l, e, si));
+    return { part, missing: new Set(missing) };
+  }
+
+  private weightsOf(l: number, e: number): { expert: number; w: GatedMats } {
+    const si = this.cache.get(l, e);
+    if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
+    this.trace?.({ kind: 'use-expert', layer: l, expert: e });
+    return { expert: e, w: this.expertWeights(l, e, this.slot(si)) };
+  }
+
+  /** Lend one started batch: the experts already resident first, the rest once their reads are in. */
+  private async lendBatch(l: number, b: { part: number[]; missing: Set<number> }, use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>): Promise<void> {
+    const ready = b.part.filter((e) => !b.missing.has(e) && !this.pending.has(expertKey(l, e)));
+    const later = b.part.filter((e) => !ready.includes(e));
+    if (ready.length > 0) await use(ready.map((e) => this.weightsOf(l, e)));
+    if (later.length === 0) return;
+    const t0 = performance.now();
+    await Promise.all(later.map((e) => this.pending.get(expertKey(l, e))));
+    this.stats.ioWaitMs += performance.now() - t0;
+    await use(later.map((e) => this.weightsOf(l, e)));
+  }
+
   /**
-   * Lend the routed experts `ids` of layer l to `use`, in batches that fit the cache: each batch's
-   * missing experts are read at once, in parallel. Which experts are computed, and on what, never
-   * depends on the cache; only which reads happen does.
+   * Begin lending the routed experts `ids` of layer l: the cache step and the reads of the first
+   * batch (as many as the cache holds at once) start now, so they run while the caller computes
+   * (the shared expert); the returned function lends them to `use`, batch by batch, resident
+   * experts of a batch before those still being read. Which experts are computed, and on what,
+   * never depends on the cache; only which reads happen, and when, does.
    */
+  beginExperts(l: number, ids: number[]): (use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>) => Promise<void> {
+    this.trace?.({ kind: 'routed', layer: l, experts: ids });
+    this.settleGuesses(l, ids);
+    const size = Math.max(1, this.plan.expertSlots);
+    this.oneBatch = ids.length <= size;
+    const first = this.startBatch(l, ids.slice(0, size));
+    return async (use) => {
+      for (let i = 0, b = first; ; b = this.startBatch(l, ids.slice(i, i + size))) {
+        await this.lendBatch(l, b, use);
+        i += size;
+        if (i >= ids.length) return;
+      }
+    };
+  }
+
+  /** Lend the routed experts `ids` of layer l to `use` (beginExperts, then lend at once). */
   async experts(l: number, ids: number[], use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>): Promise<void> {
-    const batch = Math.max(1, this.plan.expertSlots);
-    for (let i = 0; i < ids.length; i += batch) {
-      const part = ids.slice(i, i + batch);
-      const missing = this.cache.step(l, part);
-      this.stats.expertMisses += missing.length;
-      this.stats.expertHits += part.length - missing.length;
-      const t0 = performance.now();
-      await Promise.all(
-        missing.map(async (e) => {
-          const si = this.freeSlots.pop() ?? this.slots.length;
-          const buf = this.slot(si);
-          await this.readExpert(l, e, buf);
-          if (!this.cache.put(l, e, si)) this.freeSlots.push(si);
-        }),
-      );
-      this.stats.ioWaitMs += performance.now() - t0;
-      await use(
-        part.map((e) => {
-          const si = this.cache.get(l, e);
-          if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
-          return { expert: e, w: this.expertWeights(l, e, this.slot(si)) };
-        }),
-      );
+    await this.beginExperts(l, ids)(use);
+  }
+
+  /**
+   * The MoE layer after l and its router matrix, when lookahead is on, that router is resident
+   * (guessing must cost no trunk read: it pays off where the trunk is pinned and experts dominate
+   * the reads) and the cache is smaller than all experts (else there is nothing to read ahead).
+   */
+  lookaheadLayer(l: number): number | null {
+    if (!this.lookahead || this.plan.expertSlots >= this.plan.expertsTotal) return null;
+    for (let n = l + 1; n < this.cfg.numLayers; n++) if (this.cfg.layers[n]!.ffn === 'moe') return n;
+    return null;
+  }
+
+  /**
+   * Lookahead: read experts guessed for a later MoE layer into free (or policy-chosen) slots now,
+   * while the current layer computes. Never evicts the current step's experts; a wrong guess
+   * costs a read and a slot, never a different number.
+   */
+  guessExperts(l: number, guess: number[]): void {
+    // A layer lent in several batches evicts its own earlier batches; guesses would not survive it.
+    if (!this.oneBatch) return;
+    const ids = this.guessOverride ? this.guessOverride(l, guess) : guess;
+    for (const e of ids) this.guessed.add(expertKey(l, e));
+    this.stats.guesses += ids.length;
+    for (const e of this.cache.reserveGuesses(l, ids)) {
+      this.stats.guessReads++;
+      this.startRead(l, e, true, (si) => this.cache.putGuess(l, e, si));
     }
   }
 
@@ -429,6 +561,7 @@ export class WeightStore {
 
   async close(): Promise<void> {
     await this.ring.drain();
+    await Promise.allSettled(this.slotBusy);
     this.reader.close();
   }
 }
