@@ -32,6 +32,7 @@ import { FsReader } from '../src/store/store.js';
 import { DirectReader } from '../src/store/direct-reader.js';
 import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import { formatGB } from '../src/util/format.js';
+import { formatSpecTable, specBench } from './spec.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
@@ -47,6 +48,7 @@ const { values } = parseArgs({
     keep: { type: 'boolean', default: false },
     packed: { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
+    'skip-spec': { type: 'boolean', default: false },
   },
 });
 
@@ -269,6 +271,15 @@ async function main(): Promise<void> {
   }
   if (!values.keep && !s.skipped) fs.rmSync(src, { recursive: true, force: true });
   if (!values.keep && dir !== src) fs.rmSync(dir, { recursive: true, force: true });
+  if (!values['skip-spec']) {
+    // Speculation and several sequences per forward (bench/spec.ts): trunk bytes per emitted
+    // token with --spec 4 at set acceptance rates, and forwardBatch(4), at a quarter budget.
+    const specDir = path.join(ROOT, 'models', 'k3-medium-spec');
+    log('speculative decoding and forwardBatch (bench/spec.ts) on k3-medium at a quarter of its size …');
+    const r = await specBench({ dir: specDir, layers: 6, gen: 24, fraction: 0.25, threads: Number(values.threads), log });
+    console.log(values.json ? JSON.stringify({ spec: r }, null, 1) : `\n${formatSpecTable(r)}`);
+    if (!values.keep) fs.rmSync(specDir, { recursive: true, force: true });
+  }
 }
 
 main().catch((e) => {
