@@ -11,6 +11,7 @@
 import * as fs from 'node:fs';
 import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
 import { indexCheckpointDir } from '../checkpoint/dir.js';
+import { checkTensorsMatchConfig } from '../checkpoint/expect.js';
 import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
 import { decodeRow } from '../formats/decode.js';
@@ -422,6 +423,7 @@ export function prepareStore(dir: string, opts: OpenOptions) {
   const cfg = loadConfig(dir, opts.overrides);
   const entries = indexCheckpointDir(dir);
   const layout = buildLayout(cfg, entries, opts.maxPiece);
+  checkTensorsMatchConfig(cfg, entries);
   const ctx = opts.ctx ?? 4096;
   const chunk = opts.chunk ?? 64;
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
