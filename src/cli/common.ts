@@ -5,7 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
-import { FaultyReader } from '../store/fault.js';
+import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
 import { UserError } from '../util/errors.js';
 import { parseIntFlag } from './args.js';
@@ -21,6 +21,8 @@ export const MODEL_OPTIONS = {
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
+  'verify-reads': { type: 'boolean' },
+  'allow-nonfinite': { type: 'boolean' },
 } as const;
 
 export const MODEL_HELP = `model options:
@@ -39,7 +41,10 @@ export const MODEL_HELP = `model options:
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
                                    or the config's rms_norm_eps (vLLM, llama.cpp)
-  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)`;
+  --kimi-linear-biased-weights     Kimi Linear: routing weights from the biased scores (HF remote code)
+  --verify-reads                   hash every read of bytes with a known sha256 (packed records,
+                                   \`k3 verify\` checksums), not only the first; a mismatch exits 4
+  --allow-nonfinite                do not stop (exit 4) when a hidden state or logit is NaN / inf`;
 
 export interface ModelFlags {
   memory?: string;
@@ -52,6 +57,8 @@ export interface ModelFlags {
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
+  'verify-reads'?: boolean;
+  'allow-nonfinite'?: boolean;
 }
 
 export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
@@ -63,14 +70,19 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
-  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined;
+  const spec = process.env.K3_FAULT;
+  const faulty = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : spec ? new FaultyReader(new FsReader(), parseFaultSpec(spec)) : undefined;
+  const reader = faulty ? new RetryingReader(faulty) : undefined;
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
-  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset } };
+  const verifyReads = flags['verify-reads'] ? ('every' as const) : ('first' as const);
+  const opts = { overrides, chunk, ctx, reader, verifyReads, budget: { memory: flags.memory, preset: flags.preset } };
   const fastExperts = flags['fast-experts'] ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
+  model.checkFinite = !flags['allow-nonfinite'];
+  faulty?.classifyBy(model.store.layout, model.config);
   if (!flags['no-preload']) await model.store.preload();
   return { model, chunk };
 }

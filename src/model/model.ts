@@ -11,6 +11,7 @@ import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
 import { forwardKimiLinear } from './kimi_linear.js';
 import { SequenceState, stateSize } from './state.js';
+import { FiniteWatch } from './finite.js';
 
 export type LogitRows = 'all' | 'last' | 'none';
 
@@ -26,10 +27,22 @@ export class Model {
   /** The kernel group this model created (Model.load) and closes; never another model's. */
   private owned: KernelGroup | null = null;
 
+  private readonly watch = new FiniteWatch();
+
   constructor(readonly store: WeightStore, compute: Compute = REF_COMPUTE) {
     this.config = store.cfg;
     this.compute = compute;
     this.block = makeBlock(store.cfg, store, compute);
+    this.block.watch = this.watch;
+  }
+
+  /** Stop (exit 4) at NaN / inf hidden states or logits (default); false for debugging a model. */
+  get checkFinite(): boolean {
+    return this.watch.enabled;
+  }
+
+  set checkFinite(on: boolean) {
+    this.watch.enabled = on;
   }
 
   /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
@@ -109,6 +122,7 @@ export class Model {
       const want: number[] = [];
       for (let t = 0; t < part.length; t++) if (rows === 'all' || (rows === 'last' && s + t === T - 1)) want.push(t);
       const logits = await FORWARD[this.config.arch](this.block, state, part, want);
+      this.watch.endChunk(logits, state.tokens.length, this.config.numLayers);
       state.tokens.push(...part);
       out.set(logits, written);
       written += logits.length;

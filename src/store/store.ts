@@ -21,6 +21,8 @@ import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type 
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
+import { withChecksums } from './checksums.js';
+import type { VerifyMode } from './verified-reader.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
 export interface ByteReader {
@@ -87,6 +89,8 @@ export interface StoreOptions {
   maxPiece?: number;
   /** Where weight memory comes from (kernel memory, so kernels use the bytes in place); default plain memory. */
   alloc?: (bytes: number) => Uint8Array;
+  /** Check bytes with known sha256 (packed records, `k3 verify` sidecars): on first read (default), every read, or not at all. */
+  verifyReads?: VerifyMode | 'off';
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -131,7 +135,8 @@ export class WeightStore {
 
   /** Open from what `prepareStore` read (config, tensor index, layout, budget), so it is read once. */
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
-    return new WeightStore(p.cfg, p.entries, p.layout, opts.reader ?? new FsReader(), p.state, p.budget, p.ctx, p.chunk, opts.alloc);
+    const reader = withChecksums(p.dir, p.entries, opts.reader ?? new FsReader(), opts.verifyReads ?? 'first');
+    return new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc);
   }
 
   /** The plan `open` would make, without refusing a budget below the floor or opening files. */
@@ -429,5 +434,5 @@ export function prepareStore(dir: string, opts: OpenOptions) {
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
   const state = opts.stateSize(cfg);
   const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
-  return { cfg, entries, layout, state, budget, ctx, chunk };
+  return { dir, cfg, entries, layout, state, budget, ctx, chunk };
 }
