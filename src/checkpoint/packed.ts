@@ -169,6 +169,21 @@ function checkManifestTypes(file: string, m: PackManifest): void {
   for (const [name, t] of Object.entries(m.tensors)) {
     if (!isObj(t) || !isCount(t.record) || !isCount(t.offset_in_record) || !isCount(t.nbytes)) bad(`tensor ${name} is not {dtype, shape, record, offset_in_record, nbytes}`);
   }
+  // Inside a record every tensor starts aligned and none overlaps another: an edited offset that
+  // points at other bytes of the same record (whose checksum would still match) is refused.
+  const byRecord = new Map<number, [string, PackedTensor][]>();
+  for (const [name, t] of Object.entries(m.tensors)) {
+    if (t.offset_in_record % PACK_ALIGN !== 0) bad(`tensor ${name} is not ${PACK_ALIGN}-aligned in its record`);
+    let list = byRecord.get(t.record);
+    if (!list) byRecord.set(t.record, (list = []));
+    list.push([name, t]);
+  }
+  for (const list of byRecord.values()) {
+    list.sort((x, y) => x[1].offset_in_record - y[1].offset_in_record);
+    for (let i = 1; i < list.length; i++) {
+      if (list[i]![1].offset_in_record < list[i - 1]![1].offset_in_record + list[i - 1]![1].nbytes) bad(`tensors ${list[i - 1]![0]} and ${list[i]![0]} overlap`);
+    }
+  }
   if (!Array.isArray(m.source_shards) || !m.source_shards.every((x) => isObj(x) && typeof x.file === 'string' && isCount(x.size))) bad('source_shards is not a list of {file, size, header_sha256}');
   const ex = m.experts as unknown;
   if (ex === null || ex === undefined) return;

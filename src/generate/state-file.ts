@@ -212,6 +212,12 @@ export function loadState(file: string, model: Model): LoadedState {
       throw new UserError(`${file}: state was saved from a different model (${describe(h.fingerprint)}; this model: ${describe(mine)})`);
     }
     const state = model.newState();
+    // Bound the positions by the file's size before reserving memory for them (a damaged count
+    // must not allocate a petabyte).
+    const perPosition = state.mla.reduce((n, m) => n + (m ? 4 * (m.Lk + m.dr) : 0), 4);
+    if (!Number.isSafeInteger(h.processed * perPosition) || h.processed * perPosition + 4 * h.pending > size) {
+      throw new UserError(`${file}: state file header is corrupt (${h.processed} positions do not fit in ${size} bytes)`);
+    }
     for (const m of state.mla) {
       if (m) {
         m.reserve(h.processed);
