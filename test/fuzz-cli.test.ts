@@ -57,7 +57,7 @@ test('fuzz CLI: flags that must not change the output', () => {
       const args = flags.flat();
       cleanOrOneLine(k3(['run', dir, ...IDS, ...args]), clean.stdout, tally, args.join(' '));
     }),
-    { seed: seed(2001), numRuns: runs(24), includeErrorInReport: true },
+    { seed: seed(2001), numRuns: runs(24, 5), includeErrorInReport: true },
   );
   console.log(`CLI flags (spawned): ${tally}`);
 });
@@ -86,7 +86,7 @@ test('fuzz CLI: bytes flipped in a packed trunk, and edited manifests', () => {
         fs.closeSync(fd);
       }
     }),
-    { seed: seed(2002), numRuns: runs(12), includeErrorInReport: true },
+    { seed: seed(2002), numRuns: runs(12, 5), includeErrorInReport: true },
   );
   console.log(`packed trunk byte flips (spawned): ${tally}`);
   const manifest = path.join(out, 'packed.json');
@@ -100,7 +100,7 @@ test('fuzz CLI: bytes flipped in a packed trunk, and edited manifests', () => {
       fs.writeFileSync(manifest, JSON.stringify({ ...m, ...e, tensors: { ...(m.tensors as object), ...(e.tensors as object) }, experts: m.experts }));
       cleanOrOneLine(k3(['run', out, ...IDS]), clean.stdout, tally2, 'edited manifest');
     }),
-    { seed: seed(2003), numRuns: runs(12), includeErrorInReport: true },
+    { seed: seed(2003), numRuns: runs(12, 5), includeErrorInReport: true },
   );
   fs.writeFileSync(manifest, intact);
   console.log(`packed manifests (spawned): ${tally2}`);

@@ -9,10 +9,10 @@ import { UserError } from '../src/util/errors.js';
 /** Cases of all fuzz tests together at the default scale (the test suite's share). */
 export const BASE_TOTAL = 11_548; // 11,500 in-process (fuzz-parse) + 48 spawned (fuzz-cli)
 
-/** The runs of one property: its default count, times FUZZ_RUNS / BASE_TOTAL when set. */
-export function runs(base: number): number {
+/** The runs of one property: its default count, times FUZZ_RUNS / BASE_TOTAL when set (at most `maxScale` times, for properties that spawn processes). */
+export function runs(base: number, maxScale = Infinity): number {
   const want = Number(process.env.FUZZ_RUNS ?? '');
-  return Number.isFinite(want) && want > 0 ? Math.max(1, Math.round((base * want) / BASE_TOTAL)) : base;
+  return Number.isFinite(want) && want > 0 ? Math.max(1, Math.round(base * Math.min(maxScale, want / BASE_TOTAL))) : base;
 }
 
 /** Fixed seed per property (FUZZ_SEED shifts them all, to explore other cases on purpose). */
