@@ -3,7 +3,7 @@
 // logits of the positions asked for.
 
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
-import type { Plan } from '../store/plan.js';
+import { checkFloor, type Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
 import { Compute, KernelGroup, REF_COMPUTE } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
@@ -64,6 +64,7 @@ export class Model {
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
     const prepared = prepareStore(dir, { ...opts, stateSize });
     const plan = WeightStore.planOf(prepared);
+    checkFloor(plan); // refuse a budget below the floor before the kernels' memory is allocated
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
