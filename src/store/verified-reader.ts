@@ -31,7 +31,7 @@ export interface CheckedRange {
 export type VerifyMode = 'first' | 'every';
 
 /** Bytes hashed per step when a whole range is checked (memory outside the weight budget). */
-const CHUNK = 8 * 2 ** 20;
+const CHUNK = 4 * 2 ** 20;
 
 export interface VerifyStats {
   /** Ranges checked whole, and their bytes. */
@@ -129,10 +129,13 @@ export class VerifiedReader implements ByteReader {
     const whole = createHash('sha256');
     const nBlocks = Math.ceil(r.length / BLOCK);
     const blocks = this.mode === 'every' ? Buffer.alloc(nBlocks * BLOCK_DIGEST) : null;
-    const buf = new Uint8Array(Math.min(CHUNK, r.length));
+    // A read of the whole range (an expert record, a small tensor) is hashed where it lands;
+    // otherwise the range streams through a bounded buffer.
+    const inPlace = s === r.offset && part.byteLength === r.length;
+    const buf = inPlace ? part : new Uint8Array(Math.min(CHUNK, r.length));
     for (let at = 0; at < r.length; at += buf.byteLength) {
       const n = Math.min(buf.byteLength, r.length - at);
-      const chunk = buf.subarray(0, n);
+      const chunk = inPlace ? part.subarray(at, at + n) : buf.subarray(0, n);
       await this.inner.read(r.file, r.offset + at, chunk);
       this.hash(chunk, whole);
       if (blocks) {
@@ -144,7 +147,7 @@ export class VerifiedReader implements ByteReader {
       }
       const lo = Math.max(s, r.offset + at);
       const hi = Math.min(s + part.byteLength, r.offset + at + n);
-      if (lo < hi) part.set(chunk.subarray(lo - (r.offset + at), hi - (r.offset + at)), lo - s);
+      if (!inPlace && lo < hi) part.set(chunk.subarray(lo - (r.offset + at), hi - (r.offset + at)), lo - s);
     }
     const got = whole.digest('hex');
     this.stats.rangesChecked++;
