@@ -16,7 +16,8 @@ import { Tally, jsonMutation, runs, seed } from './fuzz.js';
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-fuzz-cli-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
 
-const IDS = ['--ids', '1,2,3', '--gen', '4'];
+// One compute thread unless a case says otherwise (the output does not depend on it; starting is faster).
+const IDS = ['--ids', '1,2,3', '--gen', '4', '--threads', '1'];
 
 function k3(args: string[]) {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000 });
@@ -57,7 +58,7 @@ test('fuzz CLI: flags that must not change the output', () => {
       const args = flags.flat();
       cleanOrOneLine(k3(['run', dir, ...IDS, ...args]), clean.stdout, tally, args.join(' '));
     }),
-    { seed: seed(2001), numRuns: runs(24, 5), includeErrorInReport: true },
+    { seed: seed(2001), numRuns: runs(20, 5), includeErrorInReport: true },
   );
   console.log(`CLI flags (spawned): ${tally}`);
 });
@@ -86,7 +87,7 @@ test('fuzz CLI: bytes flipped in a packed trunk, and edited manifests', () => {
         fs.closeSync(fd);
       }
     }),
-    { seed: seed(2002), numRuns: runs(12, 5), includeErrorInReport: true },
+    { seed: seed(2002), numRuns: runs(10, 5), includeErrorInReport: true },
   );
   console.log(`packed trunk byte flips (spawned): ${tally}`);
   const manifest = path.join(out, 'packed.json');
@@ -100,7 +101,7 @@ test('fuzz CLI: bytes flipped in a packed trunk, and edited manifests', () => {
       fs.writeFileSync(manifest, JSON.stringify({ ...m, ...e, tensors: { ...(m.tensors as object), ...(e.tensors as object) }, experts: m.experts }));
       cleanOrOneLine(k3(['run', out, ...IDS]), clean.stdout, tally2, 'edited manifest');
     }),
-    { seed: seed(2003), numRuns: runs(12, 5), includeErrorInReport: true },
+    { seed: seed(2003), numRuns: runs(10, 5), includeErrorInReport: true },
   );
   fs.writeFileSync(manifest, intact);
   console.log(`packed manifests (spawned): ${tally2}`);
