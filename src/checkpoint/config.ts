@@ -96,6 +96,8 @@ export interface ModelConfig {
   bosTokenId: number | null;
   eosTokenIds: number[];
   maxPositions: number;
+  /** DeepSeek-V3's multi-token-prediction layers after the decoder (num_nextn_predict_layers): present in checkpoints, never run. */
+  mtpLayers?: number;
 }
 
 /** Switches for the places where sources disagree (ARCHITECTURE.md §8). Defaults follow shared/golden/README.md. */
@@ -184,7 +186,30 @@ class Reader {
   fail(msg: string): never {
     throw new UserError(`${this.file}: ${msg}`);
   }
+  /** `v` (field `name`) must lie in [lo, hi]; `open` makes lo exclusive (a value that must be positive). */
+  range(name: string, v: number, lo: number, hi: number, open = false): number {
+    const aboveLo = open ? v > lo : v >= lo;
+    if (!aboveLo || !(v <= hi)) this.fail(`field ${name} = ${v} is outside ${open ? '(' : '['}${lo}, ${hi}]`);
+    return v;
+  }
 }
+
+// Bounds that follow from the architectures (ARCHITECTURE.md §2.1, §3.1, §4.1) with wide
+// margins; they exist so that a damaged or hand-edited config stops here, with a line naming the
+// field, instead of allocating a billion layers or computing with a negative epsilon.
+export const LIMITS = {
+  layers: 1024,
+  hidden: 1 << 17,
+  vocab: 1 << 24,
+  heads: 4096,
+  headDim: 4096,
+  rank: 1 << 17,
+  intermediate: 1 << 20,
+  experts: 1 << 14,
+  convSize: 64,
+  positions: 1 << 30,
+  scaling: 1000,
+} as const;
 
 /** Read `config.json` from a checkpoint directory (or a path to the file itself). */
 export function loadConfig(dirOrFile: string, overrides: ConfigOverrides = {}): ModelConfig {
@@ -234,11 +259,12 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   const r = new Reader(file, [textObj, ...lacObj, ...(arch === 'k3' ? [{ obj: top, path: '' }] : [])]);
   const rk = new Reader(file, [...lacObj, textObj]);
 
-  const numLayers = r.pos('num_hidden_layers');
-  const hiddenSize = r.pos('hidden_size');
-  const vocabSize = r.pos('vocab_size');
-  const rmsNormEps = r.num('rms_norm_eps');
-  const firstDense = r.int('first_k_dense_replace');
+  const numLayers = r.range('num_hidden_layers', r.pos('num_hidden_layers'), 1, LIMITS.layers);
+  const hiddenSize = r.range('hidden_size', r.pos('hidden_size'), 1, LIMITS.hidden);
+  const vocabSize = r.range('vocab_size', r.pos('vocab_size'), 1, LIMITS.vocab);
+  const rmsNormEps = r.range('rms_norm_eps', r.num('rms_norm_eps'), 0, 0.1, true);
+  const mtpLayers = r.range('num_nextn_predict_layers', r.optInt(0, 'num_nextn_predict_layers'), 0, 16);
+  const firstDense = r.range('first_k_dense_replace', r.int('first_k_dense_replace'), 0, numLayers);
   const moeFreq = r.optInt(1, 'moe_layer_freq');
   if (moeFreq !== 1) r.fail(`moe_layer_freq ${moeFreq} is not supported (every Kimi / DeepSeek-V3 config uses 1)`);
   if (r.bool(false, 'tie_word_embeddings')) r.fail('tie_word_embeddings = true is not a Kimi checkpoint (lm_head is separate)');
@@ -274,7 +300,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   const qLora = r.has('q_lora_rank') ? r.pos('q_lora_rank') : null;
   let rope: MlaConfig['rope'] = null;
   if (arch === 'k2') {
-    const theta = r.num('rope_theta');
+    const theta = r.range('rope_theta', r.num('rope_theta'), 0, 1e12, true);
     const rs = r.obj('rope_scaling');
     let yarn: YarnConfig | null = null;
     if (rs) {
@@ -282,13 +308,16 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
       if (type !== 'yarn') r.fail(`rope_scaling.type ${JSON.stringify(type)} is not supported (only "yarn")`);
       const rr = new Reader(file, [{ obj: rs, path: 'rope_scaling.' }]);
       yarn = {
-        factor: rr.num('factor'),
-        originalMaxPosition: rr.pos('original_max_position_embeddings'),
+        factor: rr.range('rope_scaling.factor', rr.num('factor'), 0, 1e4, true),
+        originalMaxPosition: rr.range('rope_scaling.original_max_position_embeddings', rr.pos('original_max_position_embeddings'), 1, LIMITS.positions),
         betaFast: rr.optNum(32, 'beta_fast')!,
         betaSlow: rr.optNum(1, 'beta_slow')!,
         mscale: rr.optNum(1, 'mscale')!,
         mscaleAllDim: rr.optNum(0, 'mscale_all_dim')!,
       };
+      if (!(yarn.betaFast > 0 && yarn.betaSlow > 0 && yarn.betaFast >= yarn.betaSlow)) r.fail(`rope_scaling beta_fast ${yarn.betaFast} / beta_slow ${yarn.betaSlow} must be positive with beta_fast >= beta_slow`);
+      r.range('rope_scaling.mscale', yarn.mscale, -100, 100);
+      r.range('rope_scaling.mscale_all_dim', yarn.mscaleAllDim, -100, 100);
     }
     rope = { theta, yarn };
   } else if (!r.bool(true, 'mla_use_nope')) {
@@ -305,6 +334,11 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
     outputGate: arch === 'k3' ? r.bool(true, 'mla_use_output_gate') : r.bool(false, 'mla_use_output_gate'),
     latentNormEps: overrides.mlaLatentNormEps === 'config' ? rmsNormEps : 1e-6,
   };
+  r.range('num_attention_heads', mla.heads, 1, LIMITS.heads);
+  if (qLora !== null) r.range('q_lora_rank', qLora, 1, LIMITS.rank);
+  r.range('kv_lora_rank', mla.kvLoraRank, 1, LIMITS.rank);
+  for (const [nm, v] of [['qk_nope_head_dim', mla.nopeDim], ['qk_rope_head_dim', mla.ropeDim], ['v_head_dim', mla.vDim]] as const) r.range(nm, v, 1, LIMITS.headDim);
+  if (mla.ropeDim % 2 !== 0) r.fail(`field qk_rope_head_dim = ${mla.ropeDim} must be even (rope rotates pairs)`);
 
   // KDA (§3.3, §4.3).
   let kda: KdaConfig | null = null;
@@ -317,6 +351,10 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
       fullRankGate: rk.bool(false, 'use_full_rank_gate'),
     };
     if (kda.headDim === 0) r.fail('linear_attn_config.head_dim must be positive');
+    rk.range('linear_attn_config.num_heads', kda.heads, 1, LIMITS.heads);
+    rk.range('linear_attn_config.head_dim', kda.headDim, 1, LIMITS.headDim);
+    rk.range('linear_attn_config.short_conv_kernel_size', kda.convSize, 1, LIMITS.convSize);
+    if (kda.gateLowerBound !== null) rk.range('linear_attn_config.gate_lower_bound', kda.gateLowerBound, -1e4, 0);
   }
   if (arch === 'k3' && (!kda || kda.gateLowerBound === null)) r.fail('K3 needs linear_attn_config.gate_lower_bound');
 
@@ -333,13 +371,17 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
 
   // MoE (§1.5; Kimi renames: num_experts <-> n_routed_experts, ...).
   const kimiNames = arch !== 'k2';
-  const experts = kimiNames ? r.pos('num_experts') : r.pos('n_routed_experts');
+  const experts = r.range(kimiNames ? 'num_experts' : 'n_routed_experts', kimiNames ? r.pos('num_experts') : r.pos('n_routed_experts'), 1, LIMITS.experts);
   const topK = kimiNames ? r.pos('num_experts_per_token') : r.pos('num_experts_per_tok');
   if (topK > experts) r.fail(`${kimiNames ? 'num_experts_per_token' : 'num_experts_per_tok'} ${topK} exceeds the ${experts} experts`);
   const groups = kimiNames ? r.optInt(1, 'num_expert_group') : r.optInt(1, 'n_group');
   const topkGroup = r.optInt(1, 'topk_group');
   if (groups < 1 || experts % groups !== 0) r.fail(`expert groups ${groups} do not divide ${experts} experts`);
   if (topkGroup < 1 || topkGroup > groups) r.fail(`topk_group ${topkGroup} is outside 1..${groups}`);
+  // Group-limited routing keeps topk_group groups of experts/groups each: they must hold top-k.
+  if (groups > 1 && topkGroup < groups && topK > topkGroup * (experts / groups)) {
+    r.fail(`top-k ${topK} exceeds the ${topkGroup * (experts / groups)} experts of the ${topkGroup} groups routing keeps (topk_group x experts / groups)`);
+  }
   const scoring = kimiNames ? r.str('sigmoid', 'moe_router_activation_func') : r.str('sigmoid', 'scoring_func');
   if (scoring !== 'sigmoid') r.fail(`router scoring ${JSON.stringify(scoring)} is not supported (sigmoid)`);
   const latentDim = arch === 'k3' ? r.pos('routed_expert_hidden_size') : null;
@@ -351,17 +393,22 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
     groups,
     topkGroup,
     renormalize: kimiNames ? r.bool(true, 'moe_renormalize') : r.bool(true, 'norm_topk_prob'),
-    scaling: r.num('routed_scaling_factor'),
+    scaling: r.range('routed_scaling_factor', r.num('routed_scaling_factor'), 0, LIMITS.scaling, true),
     latentDim,
     latentNorm: arch === 'k3' ? r.bool(true, 'latent_moe_use_norm') : false,
     biasedWeights: arch === 'kimi_linear' && overrides.kimiLinearBiasedWeights === true,
     naming: kimiNames ? 'kimi' : 'k2',
   };
 
-  const attnResBlock = arch === 'k3' ? r.pos('attn_res_block_size') : null;
+  r.range('moe_intermediate_size', moe.intermediate, 1, LIMITS.intermediate);
+  r.range(kimiNames ? 'num_shared_experts' : 'n_shared_experts', moe.shared, 0, 64);
+  if (latentDim !== null) r.range('routed_expert_hidden_size', latentDim, 1, LIMITS.hidden);
+  if (act.kind === 'situ') r.range('activation_situ_beta', act.situBeta, 0, 1e4, true);
+  const attnResBlock = arch === 'k3' ? r.range('attn_res_block_size', r.pos('attn_res_block_size'), 1, LIMITS.layers) : null;
   const eos = r.ids('eos_token_id');
   const bos = r.has('bos_token_id') ? r.int('bos_token_id') : null;
-  const maxPositions = r.optInt(0, 'max_position_embeddings', 'model_max_length') || 1 << 20;
+  const maxPositions = r.range('max_position_embeddings', r.optInt(0, 'max_position_embeddings', 'model_max_length'), 0, LIMITS.positions) || 1 << 20;
+  for (const id of [...eos, ...(bos !== null ? [bos] : [])]) if (id < 0 || id >= LIMITS.vocab) r.fail(`token id ${id} (bos / eos) is not a vocabulary id`);
 
   return {
     arch,
@@ -370,7 +417,8 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
     hiddenSize,
     numLayers,
     rmsNormEps,
-    intermediateSize: r.pos('intermediate_size'),
+    intermediateSize: r.range('intermediate_size', r.pos('intermediate_size'), 1, LIMITS.intermediate),
+    mtpLayers,
     layers,
     fullAttnLayers,
     mla,

@@ -165,7 +165,56 @@ export function readManifest(dir: string): PackManifest {
   if (!Array.isArray(m.files) || !Array.isArray(m.records) || typeof m.tensors !== 'object' || m.tensors === null) {
     throw new UserError(`${file}: manifest lacks files / records / tensors`);
   }
+  checkManifestTypes(file, m);
   return m;
+}
+
+const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
+const isName = (x: unknown): x is string => typeof x === 'string' && x.length > 0 && !x.includes('/') && !x.includes('\\');
+const isObj = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x);
+
+/** Every field the reader uses has its type and range (a hand-edited or damaged manifest stops here). Extra fields are allowed. */
+function checkManifestTypes(file: string, m: PackManifest): void {
+  const bad = (what: string): never => {
+    throw new UserError(`${file}: ${what} (damaged or edited manifest; k3 pack again)`);
+  };
+  m.files.forEach((f, i) => (isObj(f) && isName(f.name) && isCount(f.size)) || bad(`files[${i}] is not {name, size}`));
+  m.records.forEach((r, i) => {
+    if (!isObj(r) || typeof r.name !== 'string' || !isName(r.file) || !isCount(r.offset) || !isCount(r.length) || typeof r.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(r.sha256)) {
+      bad(`records[${i}] is not {name, kind, file, offset, length, sha256}`);
+    }
+  });
+  for (const [name, t] of Object.entries(m.tensors)) {
+    if (!isObj(t) || !isCount(t.record) || !isCount(t.offset_in_record) || !isCount(t.nbytes)) bad(`tensor ${name} is not {dtype, shape, record, offset_in_record, nbytes}`);
+  }
+  // Inside a record every tensor starts aligned and none overlaps another: an edited offset that
+  // points at other bytes of the same record (whose checksum would still match) is refused.
+  const byRecord = new Map<number, [string, PackedTensor][]>();
+  for (const [name, t] of Object.entries(m.tensors)) {
+    if (t.offset_in_record % PACK_ALIGN !== 0) bad(`tensor ${name} is not ${PACK_ALIGN}-aligned in its record`);
+    let list = byRecord.get(t.record);
+    if (!list) byRecord.set(t.record, (list = []));
+    list.push([name, t]);
+  }
+  for (const list of byRecord.values()) {
+    list.sort((x, y) => x[1].offset_in_record - y[1].offset_in_record);
+    for (let i = 1; i < list.length; i++) {
+      if (list[i]![1].offset_in_record < list[i - 1]![1].offset_in_record + list[i - 1]![1].nbytes) bad(`tensors ${list[i - 1]![0]} and ${list[i]![0]} overlap`);
+    }
+  }
+  if (!Array.isArray(m.source_shards) || !m.source_shards.every((x) => isObj(x) && typeof x.file === 'string' && isCount(x.size))) bad('source_shards is not a list of {file, size, header_sha256}');
+  const ex = m.experts as unknown;
+  if (ex === null || ex === undefined) return;
+  if (!isObj(ex)) return bad('experts is not an object or null');
+  const e = ex as unknown as PackedExperts;
+  const okDir = (d: unknown) => d === null || typeof d === 'string';
+  if (typeof e.in_place !== 'boolean' || !okDir(e.dir) || !okDir(e.source_dir) || !Array.isArray(e.files) || !e.files.every(isName) || !isCount(e.expert_bytes) || !Array.isArray(e.template) || !isObj(e.at)) {
+    bad('experts is not {in_place, dir, source_dir, files, expert_bytes, template, at}');
+  }
+  e.template.forEach((t, i) => (isObj(t) && typeof t.suffix === 'string' && isCount(t.offset) && isCount(t.nbytes)) || bad(`experts.template[${i}] is not {suffix, dtype, shape, offset, nbytes}`));
+  for (const [prefix, at] of Object.entries(e.at)) {
+    if (!Array.isArray(at) || at.length !== 2 || !isCount(at[0]) || !isCount(at[1])) bad(`experts.at[${JSON.stringify(prefix)}] is not [file index, offset]`);
+  }
 }
 
 function checkTensorShape(where: string, name: string, dtype: unknown, shape: unknown, nbytes: unknown): asserts dtype is DType {

@@ -11,7 +11,7 @@ import { namesOf, trunkOrder, type AttnResNames } from './names.js';
 import { indexCheckpointDir } from './dir.js';
 import { type TensorEntry } from './safetensors.js';
 
-export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16' = cfg.arch === 'k3' ? 'mxfp4' : 'bf16'): Map<string, TensorEntry> {
+export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16' = cfg.arch === 'k3' ? 'mxfp4' : 'bf16', withExperts = true): Map<string, TensorEntry> {
   const map = new Map<string, TensorEntry>();
   let off = 0;
   const add = (name: string, dtype: DType, shape: number[]) => {
@@ -53,7 +53,7 @@ export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16'
       const mo = n.moe(l);
       add(mo.bias, 'F32', [cfg.moe.experts]);
       if (cfg.moe.latentDim && cfg.moe.latentNorm) add(mo.latentNorm, 'BF16', [cfg.moe.latentDim]);
-      for (let e = 0; e < cfg.moe.experts; e++) {
+      for (let e = 0; e < (withExperts ? cfg.moe.experts : 0); e++) {
         const [g, u, d] = n.expert(l, e);
         // K3's order on disk: w1, w2, w3 (gate, down, up), each packed bytes then scales.
         for (const [base, rows, cols] of [[g, I, width], [d, width, I], [u, I, width]] as [string, number, number][]) {

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
-import { FaultyReader } from '../store/fault.js';
+import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
 import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
@@ -29,6 +29,8 @@ export const MODEL_OPTIONS = {
   'kimi-linear-biased-weights': { type: 'boolean' },
   io: { type: 'string' },
   'no-lookahead': { type: 'boolean' },
+  'verify-reads': { type: 'boolean' },
+  'allow-nonfinite': { type: 'boolean' },
 } as const;
 
 export const MODEL_HELP = `model options:
@@ -52,7 +54,11 @@ export const MODEL_HELP = `model options:
   --io direct|buffered|auto        read weights with O_DIRECT (no page cache: the disk is the disk, and
                                    the cache does not eat the budget) or through the page cache; auto
                                    (default): direct where the filesystem allows it, else buffered
-  --no-lookahead                   do not guess the next MoE layer's experts to read them early`;
+  --no-lookahead                   do not guess the next MoE layer's experts to read them early
+
+  --verify-reads                   hash every read of bytes with a known sha256 (packed records,
+                                   \`k3 verify\` checksums), not only the first; a mismatch exits 4
+  --allow-nonfinite                do not stop (exit 4) when a hidden state or logit is NaN / inf`;
 
 export interface ModelFlags {
   model?: string;
@@ -68,6 +74,8 @@ export interface ModelFlags {
   'kimi-linear-biased-weights'?: boolean;
   io?: string;
   'no-lookahead'?: boolean;
+  'verify-reads'?: boolean;
+  'allow-nonfinite'?: boolean;
 }
 
 /** The --io flag, checked (default auto). */
@@ -101,15 +109,20 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
   const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
   const fault = process.env.K3_FAULT_AFTER_READS;
+  const spec = process.env.K3_FAULT;
   const base = makeReader(ioMode(cmd, flags.io), () => new FsReader());
-  const reader = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : base;
+  const faulty = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : spec ? new FaultyReader(base, parseFaultSpec(spec)) : undefined;
+  const reader = faulty ? new RetryingReader(faulty) : base;
   const kernels = flags.kernels ?? 'wasm';
   if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
   const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
-  const opts = { overrides, chunk, ctx, reader, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
+  const verifyReads = flags['verify-reads'] ? ('every' as const) : ('first' as const);
+  const opts = { overrides, chunk, ctx, reader, verifyReads, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
   const fastExperts = flags['fast-experts'] ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
+  model.checkFinite = !flags['allow-nonfinite'];
+  faulty?.classifyBy(model.store.layout, model.config);
   if (!flags['no-preload']) {
     // On a terminal: what is being read, how much, how long (a big model takes a while).
     const line = progressLine((done, total, s) => `${cmd}: loading ${dir}: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / Math.max(total, 1))}%), ${s.toFixed(1)} s`, { intervalMs: 250 });

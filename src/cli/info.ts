@@ -5,6 +5,8 @@ import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
 import { configAndIndex } from '../checkpoint/virtual.js';
+import { checkTensorsMatchConfig } from '../checkpoint/expect.js';
+import { buildLayout } from '../store/layout.js';
 import { formatBytes } from '../util/format.js';
 
 export const command: Command = {
@@ -19,7 +21,12 @@ and the state a sequence needs (per sequence and per position).`,
     const { values, positionals } = parse('info', args, { json: { type: 'boolean' } }, 1);
     const target = positionals[0]!;
     if (!fs.existsSync(target)) throw new UserError(`info: ${target} does not exist`);
-    const { cfg, entries } = configAndIndex(target);
+    const { cfg, entries, hasWeights } = configAndIndex(target);
+    // The checks `k3 run` makes before reading a weight: every tensor there, with its shape.
+    if (hasWeights) {
+      buildLayout(cfg, entries);
+      checkTensorsMatchConfig(cfg, entries);
+    }
     const c = census(cfg, entries);
     const s = stateSize(cfg);
     const map = layerMap(cfg);

@@ -19,6 +19,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   info: () => import('./info.js'),
   plan: () => import('./plan.js'),
   pack: () => import('./pack.js'),
+  verify: () => import('./verify.js'),
   chat: () => import('./chat.js'),
   bench: () => import('./bench.js'),
   synth: () => import('./synth.js'),

@@ -10,6 +10,8 @@
 //            [processed·Lk] and rope keys [processed·dr]
 //   u32      token ids: the `processed` ids of the state, then the `pending` ids sampled but not
 //            yet run through the model
+//   32 bytes sha256 of every byte before it (version 2): a flipped byte anywhere is refused, and
+//            so is a NaN / inf in the arrays (a state no forward pass can have produced)
 // A file whose fingerprint differs from the model's, or whose size is not what the header says,
 
 import { createHash } from 'node:crypto';
@@ -23,7 +25,8 @@ import { UserError } from '../util/errors.js';
 import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
 
 export const STATE_MAGIC = 'K3STATE\0';
-export const STATE_VERSION = 1;
+export const STATE_VERSION = 2;
+const DIGEST_BYTES = 32;
 
 export interface ShapeFingerprint {
   arch: string;
@@ -117,11 +120,17 @@ export function saveState(file: string, state: SequenceState, pending: readonly 
   try {
     const fd = fs.openSync(tmp, 'w');
     try {
-      for (const b of [pre, json, pad, ...arrays.map(asBytes), asBytes(ids)]) {
+      const hash = createHash('sha256');
+      const write = (b: Buffer): void => {
         let off = 0;
         while (off < b.length) off += fs.writeSync(fd, b, off, b.length - off);
         total += b.length;
+      };
+      for (const b of [pre, json, pad, ...arrays.map(asBytes), asBytes(ids)]) {
+        hash.update(b);
+        write(b);
       }
+      write(hash.digest());
       fs.fsyncSync(fd);
     } finally {
       fs.closeSync(fd);
@@ -140,6 +149,23 @@ export interface LoadedState {
   pending: number[];
   open: boolean;
   bytes: number;
+}
+
+/** The file's last 32 bytes must be the sha256 of the bytes before them. */
+function checkDigest(file: string, fd: number, size: number): void {
+  if (size < 16 + DIGEST_BYTES) throw new UserError(`${file}: state file is truncated`);
+  const hash = createHash('sha256');
+  const buf = Buffer.alloc(Math.min(16 * 2 ** 20, size));
+  for (let at = 0; at < size - DIGEST_BYTES;) {
+    const n = fs.readSync(fd, buf, 0, Math.min(buf.length, size - DIGEST_BYTES - at), at);
+    if (n === 0) throw new UserError(`${file}: state file is truncated`);
+    hash.update(buf.subarray(0, n));
+    at += n;
+  }
+  const want = Buffer.alloc(DIGEST_BYTES);
+  if (fs.readSync(fd, want, 0, DIGEST_BYTES, size - DIGEST_BYTES) !== DIGEST_BYTES || !hash.digest().equals(want)) {
+    throw new UserError(`${file}: state file fails its checksum (damaged, truncated or edited)`);
+  }
 }
 
 /** Read a state file for `model`; UserError naming the file if it is not one, is for another
@@ -169,6 +195,7 @@ export function loadState(file: string, model: Model): LoadedState {
     if (pre.toString('latin1', 0, 8) !== STATE_MAGIC) throw new UserError(`${file}: not a k3 state file (bad magic)`);
     const version = pre.readUInt32LE(8);
     if (version !== STATE_VERSION) throw new UserError(`${file}: state file version ${version}, this build reads version ${STATE_VERSION}`);
+    checkDigest(file, fd, size);
     const hlen = pre.readUInt32LE(12);
     if (16 + hlen > size) throw new UserError(`${file}: state file is truncated (header)`);
     const jb = Buffer.alloc(hlen);
@@ -187,6 +214,12 @@ export function loadState(file: string, model: Model): LoadedState {
       throw new UserError(`${file}: state was saved from a different model (${describe(h.fingerprint)}; this model: ${describe(mine)})`);
     }
     const state = model.newState();
+    // Bound the positions by the file's size before reserving memory for them (a damaged count
+    // must not allocate a petabyte).
+    const perPosition = state.mla.reduce((n, m) => n + (m ? 4 * (m.Lk + m.dr) : 0), 4);
+    if (!Number.isSafeInteger(h.processed * perPosition) || h.processed * perPosition + 4 * h.pending > size) {
+      throw new UserError(`${file}: state file header is corrupt (${h.processed} positions do not fit in ${size} bytes)`);
+    }
     for (const m of state.mla) {
       if (m) {
         m.reserve(h.processed);
@@ -197,12 +230,13 @@ export function loadState(file: string, model: Model): LoadedState {
     if (arrays.length !== h.arrays.length || arrays.some((a, i) => a.length !== h.arrays[i])) throw new UserError(`${file}: state file layout does not match the model`);
     let pos = 16 + hlen;
     pos += (8 - (pos % 8)) % 8;
-    const expected = pos + arrays.reduce((s, a) => s + a.byteLength, 0) + 4 * (h.processed + h.pending);
+    const expected = pos + arrays.reduce((s, a) => s + a.byteLength, 0) + 4 * (h.processed + h.pending) + DIGEST_BYTES;
     if (size < expected) throw new UserError(`${file}: state file is truncated (${size} bytes, header says ${expected})`);
     if (size > expected) throw new UserError(`${file}: state file has ${size - expected} unexpected trailing bytes`);
-    for (const a of arrays) {
+    for (const [i, a] of arrays.entries()) {
       readAt(a, pos);
       pos += a.byteLength;
+      for (let j = 0; j < a.length; j++) if (!Number.isFinite(a[j]!)) throw new UserError(`${file}: state array ${i} holds ${a[j]} at element ${j} (a damaged state)`);
     }
     const ids = new Uint32Array(h.processed + h.pending);
     readAt(ids, pos);

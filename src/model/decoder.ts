@@ -5,6 +5,7 @@
 import type { ModelConfig } from '../checkpoint/config.js';
 import { namesOf, type Names } from '../checkpoint/names.js';
 import type { WeightStore } from '../store/store.js';
+import type { FiniteWatch } from './finite.js';
 import type { Compute } from '../kernels/dispatch.js';
 import { UserError } from '../util/errors.js';
 import { kdaForward, type KdaParams } from './kda.js';
@@ -24,6 +25,8 @@ export interface Block {
   kda: KdaParams | null;
   mla: MlaParams;
   moe: MoeParams;
+  /** Where non-finite layer outputs are noticed (finite.ts); set by the model. */
+  watch?: FiniteWatch;
 }
 
 export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute): Block {

@@ -12,6 +12,7 @@ export async function forwardK2(b: Block, state: SequenceState | Batch, ids: num
   for (let l = 0; l < b.cfg.numLayers; l++) {
     addInPlace(h, await attention(b, l, await layerNorm(b, b.names.inputNorm(l), h, T), T, state));
     addInPlace(h, await ffn(b, l, await layerNorm(b, b.names.postAttentionNorm(l), h, T), T));
+    b.watch?.layer(l, h);
   }
   return head(b, h, T, rows);
 }

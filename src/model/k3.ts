@@ -39,7 +39,10 @@ export async function forwardK3(b: Block, state: SequenceState | Batch, ids: num
   const T = ids.length;
   let p = await embed(b, ids);
   const B: Float32Array[] = [];
-  for (let l = 0; l < cfg.numLayers; l++) p = await k3Layer(b, l, p, B, T, state);
+  for (let l = 0; l < cfg.numLayers; l++) {
+    p = await k3Layer(b, l, p, B, T, state);
+    b.watch?.layer(l, p);
+  }
   const hL = attnResMix(B, p, T, cfg.hiddenSize, await fold(b, b.names.outputAttnRes), cfg.rmsNormEps);
   return head(b, hL, T, rows);
 }

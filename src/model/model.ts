@@ -3,7 +3,7 @@
 // logits of the positions asked for.
 
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
-import type { Plan } from '../store/plan.js';
+import { checkFloor, type Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
 import { Compute, KernelGroup, REF_COMPUTE } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
@@ -12,6 +12,7 @@ import { forwardK3 } from './k3.js';
 import { forwardKimiLinear } from './kimi_linear.js';
 import { endKdaSweep } from './kda.js';
 import { SequenceState, stateSize } from './state.js';
+import { FiniteWatch } from './finite.js';
 
 export type LogitRows = 'all' | 'last' | 'none';
 
@@ -27,10 +28,22 @@ export class Model {
   /** The kernel group this model created (Model.load) and closes; never another model's. */
   private owned: KernelGroup | null = null;
 
+  private readonly watch = new FiniteWatch();
+
   constructor(readonly store: WeightStore, compute: Compute = REF_COMPUTE) {
     this.config = store.cfg;
     this.compute = compute;
     this.block = makeBlock(store.cfg, store, compute);
+    this.block.watch = this.watch;
+  }
+
+  /** Stop (exit 4) at NaN / inf hidden states or logits (default); false for debugging a model. */
+  get checkFinite(): boolean {
+    return this.watch.enabled;
+  }
+
+  set checkFinite(on: boolean) {
+    this.watch.enabled = on;
   }
 
   /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
@@ -52,6 +65,7 @@ export class Model {
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
     const prepared = prepareStore(dir, { ...opts, stateSize });
     const plan = WeightStore.planOf(prepared);
+    checkFloor(plan); // refuse a budget below the floor before the kernels' memory is allocated
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
@@ -110,6 +124,7 @@ export class Model {
       const want: number[] = [];
       for (let t = 0; t < part.length; t++) if (rows === 'all' || (rows === 'last' && s + t === T - 1)) want.push(t);
       const logits = await FORWARD[this.config.arch](this.block, state, part, want);
+      this.watch.endChunk(logits, state.tokens.length, this.config.numLayers);
       state.tokens.push(...part);
       out.set(logits, written);
       written += logits.length;

@@ -12,6 +12,7 @@
 import * as fs from 'node:fs';
 import { loadConfig, type ConfigOverrides, type ModelConfig } from '../checkpoint/config.js';
 import { indexCheckpointDir } from '../checkpoint/dir.js';
+import { checkTensorsMatchConfig } from '../checkpoint/expect.js';
 import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
 import { decodeRow } from '../formats/decode.js';
@@ -23,6 +24,8 @@ import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
 import { bf16Decoder, decodeRunInPlace } from '../kernels/fast.js';
+import { withChecksums } from './checksums.js';
+import type { VerifyMode } from './verified-reader.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
 export interface ByteReader {
@@ -109,6 +112,8 @@ export interface StoreOptions {
   notice?: (msg: string) => void;
   /** Lookahead expert prefetch (default on): guess the next MoE layer's experts and read them early. */
   lookahead?: boolean;
+  /** Check bytes with known sha256 (packed records, `k3 verify` sidecars): on first read (default), every read, or not at all. */
+  verifyReads?: VerifyMode | 'off';
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -160,7 +165,8 @@ export class WeightStore {
 
   /** Open from what `prepareStore` read (config, tensor index, layout, budget), so it is read once. */
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
-    const reader = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
+    const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
+    const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
     const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc);
     store.lookahead = opts.lookahead ?? true;
     return store;
@@ -573,10 +579,11 @@ export function prepareStore(dir: string, opts: OpenOptions) {
   const cfg = loadConfig(dir, opts.overrides);
   const entries = indexCheckpointDir(dir);
   const layout = buildLayout(cfg, entries, opts.maxPiece);
+  checkTensorsMatchConfig(cfg, entries);
   const ctx = opts.ctx ?? 4096;
   const chunk = opts.chunk ?? 64;
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
   const state = opts.stateSize(cfg);
   const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
-  return { cfg, entries, layout, state, budget, ctx, chunk };
+  return { dir, cfg, entries, layout, state, budget, ctx, chunk };
 }
