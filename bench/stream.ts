@@ -223,6 +223,12 @@ async function main(): Promise<void> {
   rows.push(run('experts-streamed', dir, pinnedBudget, gen, 'direct', pinnedBudget));
   log('the same without lookahead …');
   rows.push(run('  no lookahead', dir, pinnedBudget, gen, 'direct', pinnedBudget, ['--no-lookahead']));
+  if (dir !== src) {
+    // A packed directory's records carry sha256: checked on first read by default (the streamed
+    // row), and on every read with --verify-reads.
+    log(`streamed at ${formatGB(cap)}, --verify-reads …`);
+    rows.push(run('streamed-verify', dir, cap, gen, 'direct', cap, ['--verify-reads']));
+  }
   for (const r of rows) if (!r.ok) log(`${r.run} FAILED: ${r.error}`);
   // Measured again after the runs: on a shared disk one measurement can be far off; the floor uses the better one.
   const bw1 = await diskBandwidth(dir);
@@ -268,6 +274,14 @@ async function main(): Promise<void> {
       console.log(`${t.run.padEnd(18)} ${(t.cap_gb === null ? '-' : t.cap_gb.toFixed(2)).padStart(6)}  ${(t.cgroup ?? '-').padStart(6)}  ${f(t.s_per_token)}  ${f(t.disk_floor_s, 2, 12)}  ${f(t.resident_compute_s, 2, 10)}  ${f(t.vs_bound, 2, 20)}  ${`${f(t.gb_read_per_token, 3, 6)} (${f(t.gb_trunk_per_token, 3, 5)}+${f(t.gb_experts_per_token, 3, 5)})`.padStart(29)}  ${f(t.peak_rss_gb, 2, 11)}  ${String(t.rss_within_cap).padStart(5)}  ${pct(t.io_overlap)}  ${pct(t.prefetch_hit_rate)}`);
     }
     console.log(`generated ids identical across runs: ${same}`);
+    const plain = table.find((t) => t.run === 'streamed');
+    const every = table.find((t) => t.run === 'streamed-verify');
+    if (plain && every) {
+      const extra = every.s_per_token - plain.s_per_token;
+      console.log(`verification: sha256 on first read (default, the streamed row) ${plain.s_per_token.toFixed(2)} s/token; on every read (--verify-reads) ${every.s_per_token.toFixed(2)} s/token: +${extra.toFixed(2)} s/token, ${((extra / plain.disk_floor_s) * 100).toFixed(0)}% of the read time (disk floor)`);
+    } else {
+      console.log('verification: run with --packed to measure it (a packed directory carries a sha256 per record)');
+    }
   }
   if (!values.keep && !s.skipped) fs.rmSync(src, { recursive: true, force: true });
   if (!values.keep && dir !== src) fs.rmSync(dir, { recursive: true, force: true });

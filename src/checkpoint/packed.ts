@@ -196,10 +196,12 @@ function checkManifestTypes(file: string, m: PackManifest): void {
     if (!list) byRecord.set(t.record, (list = []));
     list.push([name, t]);
   }
+  // A coded tensor (pack --compress) occupies its stored bytes, not its decoded size.
+  const stored = (t: PackedTensor) => (isObj(t.encoding) && isCount(t.encoding.stored_bytes) ? t.encoding.stored_bytes : t.nbytes);
   for (const list of byRecord.values()) {
     list.sort((x, y) => x[1].offset_in_record - y[1].offset_in_record);
     for (let i = 1; i < list.length; i++) {
-      if (list[i]![1].offset_in_record < list[i - 1]![1].offset_in_record + list[i - 1]![1].nbytes) bad(`tensors ${list[i - 1]![0]} and ${list[i]![0]} overlap`);
+      if (list[i]![1].offset_in_record < list[i - 1]![1].offset_in_record + stored(list[i - 1]![1])) bad(`tensors ${list[i - 1]![0]} and ${list[i]![0]} overlap`);
     }
   }
   if (!Array.isArray(m.source_shards) || !m.source_shards.every((x) => isObj(x) && typeof x.file === 'string' && isCount(x.size))) bad('source_shards is not a list of {file, size, header_sha256}');
