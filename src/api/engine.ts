@@ -160,14 +160,14 @@ export class Engine {
 
   private async prefill(job: Job): Promise<void> {
     job.tStart = performance.now();
-    const state = this.cache.take(job.prompt);
+    const { state, logits: held } = this.cache.take(job.prompt);
     job.state = state;
     job.cached = state.position;
     const rest = job.prompt.slice(state.position);
-    const logits = await this.model.forward(state, rest, 'last', this.opts.chunk);
+    const logits = held ?? (await this.model.forward(state, rest, 'last', this.opts.chunk));
     job.tPrompt = performance.now();
     job.prefilled = true;
-    this.cache.keep(state);
+    this.cache.keep(state, logits);
     this.active.push(job);
     this.emit(job, logits);
   }

@@ -4,6 +4,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { Model } from '../model/model.js';
+import type { ByteReader } from '../store/store.js';
 import { loadTokenizer, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
@@ -26,6 +27,14 @@ export interface LoadOptions {
   tokenizer?: string;
   /** Sequences decoded together (default 4). */
   parallel?: number;
+  /** Optional MXFP4 fast path with 8-bit activations (not the exact numbers; see `k3 bench --fast-experts`). */
+  fastExperts?: boolean;
+  /** Epsilon of MLA q_a/kv_a norms: 'reference' (1e-6, default) or 'config' (rms_norm_eps). */
+  mlaLatentEps?: 'reference' | 'config';
+  /** Kimi Linear: routing weights from the biased scores (HF remote code). */
+  kimiLinearBiasedWeights?: boolean;
+  /** Where weight bytes come from (default: the files; tests inject read faults here). */
+  reader?: ByteReader;
 }
 
 export interface Loaded {
@@ -52,8 +61,11 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
   const tokDir = o.tokenizer ?? dir;
   const tok = fs.existsSync(`${tokDir}/tiktoken.model`) ? await loadTokenizer(tokDir) : null;
   if (!tok && o.tokenizer !== undefined) throw new UserError(`loadModel: no tiktoken.model in ${tokDir}`);
-  const opts = { overrides: { mlaLatentNormEps: 'reference' as const, kimiLinearBiasedWeights: false }, chunk, ctx, budget: { memory, preset: o.preset } };
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads });
+  const eps = o.mlaLatentEps ?? 'reference';
+  if (eps !== 'reference' && eps !== 'config') throw new UserError('loadModel: mlaLatentEps must be reference or config');
+  if (o.fastExperts && kernels === 'ref') throw new UserError('loadModel: fastExperts needs the WebAssembly kernels');
+  const opts = { overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false }, chunk, ctx, reader: o.reader, budget: { memory, preset: o.preset } };
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false });
   try {
     if (o.preload ?? true) await model.store.preload();
   } catch (e) {

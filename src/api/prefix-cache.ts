@@ -1,7 +1,7 @@
 // Prefix reuse across requests: an LRU of sequence states keyed by the exact token ids they have
 // processed. A request takes the longest held state whose ids are a strict prefix of its prompt
-// (at least one prompt token must still run, for the logits of the last position) and processes
-// only the rest, as `k3 chat` does between turns. The states' bytes are counted against a limit
+// (or an equal one held with the logits of its last position) and processes only the rest, as
+// `k3 chat` does between turns. The states' bytes are counted against a limit
 // (the state part of the memory plan, see engine.ts); the least recently used go first, their
 // memory back to the model's spare pool.
 
@@ -12,6 +12,8 @@ import { forkState, stateBytes } from './fork.js';
 interface Entry {
   state: SequenceState;
   bytes: number;
+  /** Logits of the state's last position, when kept: a prompt equal to the state's ids then needs no forward at all. */
+  logits: Float32Array | null;
 }
 
 export class PrefixCache {
@@ -33,38 +35,47 @@ export class PrefixCache {
     return this.entries.length;
   }
 
-  /** A state for `prompt`: a copy of the longest held strict prefix, or a fresh one. */
-  take(prompt: readonly number[]): SequenceState {
+  /** A state for `prompt`: a copy of the longest held prefix (with its last logits when it is
+   *  the whole prompt), or a fresh one. */
+  take(prompt: readonly number[]): { state: SequenceState; logits: Float32Array | null } {
     let best = -1;
     for (let e = 0; e < this.entries.length; e++) {
       const t = this.entries[e]!.state.tokens;
-      if (t.length >= prompt.length || (best >= 0 && t.length <= this.entries[best]!.state.tokens.length)) continue;
+      const whole = t.length === prompt.length && this.entries[e]!.logits !== null;
+      if ((t.length >= prompt.length && !whole) || (best >= 0 && t.length <= this.entries[best]!.state.tokens.length)) continue;
       let i = 0;
       while (i < t.length && t[i] === prompt[i]) i++;
       if (i === t.length) best = e;
     }
     if (best < 0) {
       this.misses++;
-      return this.model.newState();
+      return { state: this.model.newState(), logits: null };
     }
     this.hits++;
     const [hit] = this.entries.splice(best, 1);
     this.entries.push(hit!);
-    return forkState(this.model, hit!.state);
+    const whole = hit!.state.tokens.length === prompt.length;
+    return { state: forkState(this.model, hit!.state), logits: whole ? hit!.logits : null };
   }
 
-  /** Keep a copy of `state` (the caller keeps using its own). */
-  keep(state: SequenceState): void {
+  /** Keep a copy of `state` (the caller keeps using its own), with the logits of its last position when given. */
+  keep(state: SequenceState, logits: Float32Array | null = null): void {
     if (state.tokens.length === 0) return;
     const same = this.entries.findIndex((e) => sameIds(e.state.tokens, state.tokens));
     if (same >= 0) {
-      this.entries.push(...this.entries.splice(same, 1));
+      const [e] = this.entries.splice(same, 1);
+      if (e!.logits === null && logits !== null) {
+        e!.logits = logits.slice();
+        e!.bytes += logits.byteLength;
+        this.used += logits.byteLength;
+      }
+      this.entries.push(e!);
       return;
     }
-    const bytes = stateBytes(state);
+    const bytes = stateBytes(state) + (logits?.byteLength ?? 0);
     if (bytes > this.limitBytes) return;
     while (this.used + bytes > this.limitBytes && this.entries.length > 0) this.evict();
-    this.entries.push({ state: forkState(this.model, state), bytes });
+    this.entries.push({ state: forkState(this.model, state), bytes, logits: logits && logits.slice() });
     this.used += bytes;
   }
 

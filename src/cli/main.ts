@@ -17,6 +17,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   plan: () => import('./plan.js'),
   pack: () => import('./pack.js'),
   chat: () => import('./chat.js'),
+  serve: () => import('./serve.js'),
   bench: () => import('./bench.js'),
   synth: () => import('./synth.js'),
   tokenize: () => import('./tokenize.js'),
