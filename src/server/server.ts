@@ -71,10 +71,13 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
     res.on('finish', () => counters.count(res.statusCode));
     handle(req, res).catch((e: unknown) => {
       const err = toApiError(e);
-      if (err.status === 413) res.setHeader('connection', 'close');
-      if (res.headersSent) res.end();
-      else sendError(res, err);
-      if (err.status === 413) req.destroy();
+      const answer = () => (res.headersSent ? res.end() : sendError(res, err));
+      // 413 before the upload was read: read the rest into nothing first, so that the client,
+      // still sending, sees the answer instead of a reset connection
+      if (err.status === 413 && !req.readableEnded && !req.destroyed) {
+        req.once('end', answer);
+        req.resume();
+      } else answer();
     });
   });
   server.requestTimeout = 0; // long generations
