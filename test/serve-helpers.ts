@@ -1,7 +1,9 @@
 // Starting `k3 serve` on the demo K3 checkpoint for the server tests (any free port, read from
 // its start line), and small fetch helpers.
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { readNpyF32 } from '../src/util/npy.js';
 import { CLI } from './helpers.js';
 
 export interface Serving {
@@ -60,4 +62,19 @@ export async function sse(res: Response): Promise<{ chunks: any[]; done: boolean
     else chunks.push(JSON.parse(d));
   }
   return { chunks, done };
+}
+
+/** `k3 logits` on `ids`: the argmax of the last row and its log-probability (log-softmax in double). */
+export function lastRowByK3Logits(model: string, ids: number[], dir: string): { id: number; logprob: number } {
+  const out = join(dir, `logits-${process.pid}.npy`);
+  const c = spawnSync(process.execPath, [CLI, 'logits', model, '--ids', ids.join(','), '--out', out, '--threads', '1', '--ctx', '512'], { encoding: 'utf8' });
+  if (c.status !== 0) throw new Error(`k3 logits: ${c.stderr}`);
+  const { shape, data } = readNpyF32(out);
+  const V = shape[1]!;
+  const row = data.subarray((ids.length - 1) * V, ids.length * V);
+  let best = 0;
+  for (let i = 1; i < V; i++) if (row[i]! > row[best]!) best = i;
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - row[best]!);
+  return { id: best, logprob: -Math.log(sum) };
 }
