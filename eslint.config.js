@@ -12,7 +12,7 @@ import tsParser from '@typescript-eslint/parser';
 // above (synth and generate sit side by side, as do tokenizer and model). Outside src/kernels the
 // kernels are reached only through kernels/dispatch.ts (the model's Compute) and kernels/fast.ts.
 // Import cycles and orphan files are checked by test/imports.test.ts.
-const LAYERS = ['cli', 'synth', 'generate', 'tokenizer', 'model', 'store', 'checkpoint', 'kernels', 'formats', 'util'];
+const LAYERS = ['cli', 'server', 'api', 'synth', 'generate', 'tokenizer', 'model', 'store', 'checkpoint', 'kernels', 'formats', 'util'];
 const PEERS = { synth: ['generate'], generate: ['synth'], tokenizer: ['model'], model: ['tokenizer'] };
 const layerRules = LAYERS.map((layer, i) => {
   const above = [...LAYERS.slice(0, i), ...(PEERS[layer] ?? [])];

@@ -21,6 +21,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   pack: () => import('./pack.js'),
   verify: () => import('./verify.js'),
   chat: () => import('./chat.js'),
+  serve: () => import('./serve.js'),
   bench: () => import('./bench.js'),
   synth: () => import('./synth.js'),
   tokenize: () => import('./tokenize.js'),

@@ -1,0 +1,254 @@
+// One loop that runs every generation of a model: requests are queued, admitted up to
+// `parallel` at a time, their prompts prefilled one by one (each continuing from the longest
+// held prefix state, prefix-cache.ts), and then all decoding sequences advance together, one
+// token each, through one multi-sequence forward (Model.forwardBatch). Only this loop calls the
+// model, so two forward passes never run at once on it. forwardBatch gives each sequence the
+// same bytes as a forward of it alone, and each sequence samples with its own Sampler: a
+// request's output does not depend on what else runs (docs/NUMERICS.md).
+
+import type { Model } from '../model/model.js';
+import type { SequenceState } from '../model/state.js';
+import { Sampler, type SamplingOptions } from '../generate/sampling.js';
+import { TextStopper, type StopReason } from '../generate/stop.js';
+import type { Tokenizer } from '../tokenizer/index.js';
+import { UserError } from '../util/errors.js';
+import { PrefixCache } from './prefix-cache.js';
+
+export interface TopLogprob {
+  id: number;
+  logprob: number;
+}
+
+/** One generated token. */
+export interface TokenEvent {
+  id: number;
+  /** The text this token makes safe to show (may be '' while a character or stop string is incomplete). */
+  text: string;
+  /** log p(id) under the model's distribution (raw logits, before penalties and temperature), when asked for. */
+  logprob?: number;
+  top?: TopLogprob[];
+}
+
+export interface GenerationResult {
+  /** Generated ids (a stop id included when one ended the reply). */
+  ids: number[];
+  text: string;
+  stopReason: StopReason | 'aborted';
+  promptTokens: number;
+  /** Prompt tokens taken from a held state, not processed again. */
+  cachedTokens: number;
+  timings: { queueSeconds: number; promptSeconds: number; decodeSeconds: number; firstTokenSeconds: number; tokensPerSecond: number };
+}
+
+export interface JobOptions {
+  sampling?: SamplingOptions;
+  maxTokens: number;
+  stopIds: readonly number[];
+  stopStrings?: readonly string[];
+  /** Also report the logprob of each token and this many alternatives (0 = just the token's). */
+  logprobs?: number;
+  signal?: AbortSignal;
+}
+
+interface Job {
+  prompt: number[];
+  opts: JobOptions;
+  sampler: Sampler;
+  stopper: TextStopper;
+  onToken: (e: TokenEvent) => void;
+  done: (r: GenerationResult) => void;
+  fail: (e: unknown) => void;
+  state: SequenceState | null;
+  logits: Float32Array | null;
+  cached: number;
+  t0: number;
+  tStart: number;
+  tFirst: number;
+  tPrompt: number;
+  prefilled: boolean;
+}
+
+export interface EngineStats {
+  requests: number;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  decodeSeconds: number;
+  active: number;
+  queued: number;
+}
+
+const yieldToEvents = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+export class Engine {
+  private readonly queue: Job[] = [];
+  private readonly active: Job[] = [];
+  private running = false;
+  readonly cache: PrefixCache;
+  readonly totals = { requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, decodeSeconds: 0 };
+
+  constructor(
+    readonly model: Model,
+    readonly tok: Tokenizer | null,
+    readonly opts: { parallel: number; chunk: number; cacheBytes: number },
+  ) {
+    this.cache = new PrefixCache(model, opts.cacheBytes);
+  }
+
+  get stats(): EngineStats {
+    return { ...this.totals, active: this.active.length, queued: this.queue.length };
+  }
+
+  /** Queue a generation; resolves when it ends (stop, limit or abort). */
+  run(prompt: number[], opts: JobOptions, onToken: (e: TokenEvent) => void = () => {}): Promise<GenerationResult> {
+    const V = this.model.config.vocabSize;
+    if (prompt.length === 0) throw new UserError('prompt is empty');
+    for (const id of prompt) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UserError(`token id ${id} is out of range (vocabulary ${V})`);
+    const sampler = new Sampler(opts.sampling);
+    const stopper = new TextStopper(this.tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
+    return new Promise((done, fail) => {
+      const now = performance.now();
+      this.queue.push({ prompt, opts, sampler, stopper, onToken, done, fail, state: null, logits: null, cached: 0, t0: now, tStart: now, tFirst: now, tPrompt: now, prefilled: false });
+      if (!this.running) void this.loop();
+    });
+  }
+
+  private async loop(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.queue.length > 0 || this.active.length > 0) {
+        this.dropAborted();
+        if (this.active.length < this.opts.parallel && this.queue.length > 0) {
+          const job = this.queue.shift()!;
+          await this.guard([job], () => this.prefill(job));
+        } else if (this.active.length > 0) {
+          const batch = [...this.active];
+          await this.guard(batch, () => this.decodeStep(batch));
+        }
+        await yieldToEvents();
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  /** A failure in a forward pass (a read fault) fails the jobs of that pass; the loop goes on. */
+  private async guard(jobs: Job[], f: () => Promise<void>): Promise<void> {
+    try {
+      await f();
+    } catch (e) {
+      for (const j of jobs) {
+        const i = this.active.indexOf(j);
+        if (i >= 0) this.active.splice(i, 1);
+        if (j.state) this.model.release(j.state);
+        j.state = null;
+        j.fail(e);
+      }
+    }
+  }
+
+  private dropAborted(): void {
+    for (let i = this.queue.length - 1; i >= 0; i--) {
+      const j = this.queue[i]!;
+      if (j.opts.signal?.aborted) {
+        this.queue.splice(i, 1);
+        this.finish(j, 'aborted');
+      }
+    }
+    for (const j of [...this.active]) if (j.opts.signal?.aborted) this.finish(j, 'aborted');
+  }
+
+  private async prefill(job: Job): Promise<void> {
+    job.tStart = performance.now();
+    const { state, logits: held } = this.cache.take(job.prompt);
+    job.state = state;
+    job.cached = state.position;
+    const rest = job.prompt.slice(state.position);
+    const logits = held ?? (await this.model.forward(state, rest, 'last', this.opts.chunk));
+    job.tPrompt = performance.now();
+    job.prefilled = true;
+    this.cache.keep(state, logits);
+    this.active.push(job);
+    this.emit(job, logits);
+  }
+
+  private async decodeStep(batch: Job[]): Promise<void> {
+    const t = performance.now();
+    const states = batch.map((j) => j.state!);
+    const last = batch.map((j) => [j.stopper.ids[j.stopper.ids.length - 1]!]);
+    const logits = await this.model.forwardBatch(states, last, 'last');
+    this.totals.decodeSeconds += (performance.now() - t) / 1000;
+    batch.forEach((j, i) => {
+      if (this.active.includes(j)) this.emit(j, logits[i]!);
+    });
+  }
+
+  /** Choose the next id of `job` from the logits of its last position, report it, stop if done. */
+  private emit(job: Job, logits: Float32Array): void {
+    const V = this.model.config.vocabSize;
+    const s = job.sampler.opts;
+    const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
+    const id = job.sampler.sample(logits, penalized ? [...job.prompt, ...job.stopper.ids] : [], V);
+    if (job.stopper.ids.length === 0) job.tFirst = performance.now();
+    const { text, stop } = job.stopper.push(id);
+    const ev: TokenEvent = { id, text };
+    if (job.opts.logprobs !== undefined) Object.assign(ev, logprobsOf(logits, V, id, job.opts.logprobs));
+    job.onToken(ev);
+    if (stop) this.finish(job, job.stopper.reason!);
+  }
+
+  private finish(job: Job, reason: StopReason | 'aborted'): void {
+    const i = this.active.indexOf(job);
+    if (i >= 0) this.active.splice(i, 1);
+    if (reason === 'aborted') job.stopper.finish('interrupted');
+    if (job.state) {
+      if (reason !== 'aborted') this.cache.keep(job.state);
+      this.model.release(job.state);
+      job.state = null;
+    }
+    const now = performance.now();
+    const n = job.stopper.ids.length;
+    const started = job.prefilled;
+    const decodeSeconds = started ? (now - job.tPrompt) / 1000 : 0;
+    this.totals.requests++;
+    this.totals.promptTokens += job.prompt.length;
+    this.totals.cachedTokens += job.cached;
+    this.totals.completionTokens += n;
+    job.done({
+      ids: [...job.stopper.ids],
+      text: job.stopper.text,
+      stopReason: reason,
+      promptTokens: job.prompt.length,
+      cachedTokens: job.cached,
+      timings: {
+        queueSeconds: (job.tStart - job.t0) / 1000,
+        promptSeconds: started ? (job.tPrompt - job.tStart) / 1000 : 0,
+        decodeSeconds,
+        firstTokenSeconds: started ? (job.tFirst - job.t0) / 1000 : 0,
+        tokensPerSecond: decodeSeconds > 0 && n > 1 ? (n - 1) / decodeSeconds : 0,
+      },
+    });
+  }
+
+  /** Wait for the loop to drain, then free the held states. */
+  async close(): Promise<void> {
+    for (const j of [...this.queue, ...this.active]) if (!j.opts.signal?.aborted) j.opts.signal = AbortSignal.abort();
+    while (this.running) await yieldToEvents();
+    this.cache.clear();
+  }
+}
+
+/** log-softmax of the raw logits in double, at `id` and for the `k` most likely ids (ties by id). */
+export function logprobsOf(logits: Float32Array, V: number, id: number, k: number): { logprob: number; top: TopLogprob[] } {
+  let max = -Infinity;
+  for (let i = 0; i < V; i++) if (logits[i]! > max) max = logits[i]!;
+  let sum = 0;
+  for (let i = 0; i < V; i++) sum += Math.exp(logits[i]! - max);
+  const lse = max + Math.log(sum);
+  const top: TopLogprob[] = [];
+  if (k > 0) {
+    const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b]! - logits[a]! || a - b);
+    for (const i of order.slice(0, k)) top.push({ id: i, logprob: logits[i]! - lse });
+  }
+  return { logprob: logits[id]! - lse, top };
+}

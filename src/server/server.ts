@@ -1,0 +1,106 @@
+// `k3 serve`: an OpenAI-compatible HTTP server on node:http over one loaded model (src/api).
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+// GET /metrics, GET / (the chat page). Every generation goes through the model's one engine
+// loop, so forward passes never overlap and concurrent requests are decoded together. Each
+// failure is answered in OpenAI's error shape and the server stays up.
+
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { KimiModel } from '../api/index.js';
+import { ReadError, UserError } from '../util/errors.js';
+import { readJson } from './body.js';
+import { chatCompletions, completions, type Served } from './completions.js';
+import { ApiError, sendError, sendJson } from './errors.js';
+import { Counters, metricsText } from './metrics.js';
+import { CHAT_PAGE } from './page.js';
+
+export interface ServeOptions {
+  host?: string;
+  port?: number;
+  /** Required as `Authorization: Bearer KEY` on /v1/ routes when set. */
+  apiKey?: string;
+  /** Name in /v1/models and responses (default: the model directory's name). */
+  name: string;
+  /** Largest request body in bytes (default 4 MiB). */
+  bodyLimit?: number;
+  /** Requests waiting beyond the running ones before 429 (default 64). */
+  maxQueue?: number;
+  /** Most tokens one request may generate. */
+  maxContext: number;
+}
+
+export interface RunningServer {
+  server: http.Server;
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<RunningServer> {
+  const served: Served = { kimi, name: o.name, maxContext: o.maxContext };
+  const counters = new Counters();
+  const bodyLimit = o.bodyLimit ?? 4 << 20;
+  const maxQueue = o.maxQueue ?? 64;
+  const created = Math.floor(Date.now() / 1000);
+
+  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const route = `${req.method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
+    if (route === 'GET /health') return sendJson(res, 200, { status: 'ok' });
+    if (route === 'GET /') {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      return void res.end(CHAT_PAGE);
+    }
+    if (route === 'GET /metrics') {
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+      return void res.end(metricsText(kimi, counters));
+    }
+    if (url.pathname.startsWith('/v1/') && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
+      throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
+    }
+    if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts' }] });
+    if (route === 'POST /v1/chat/completions' || route === 'POST /v1/completions') {
+      const body = await readJson(req, bodyLimit);
+      if (kimi.engine.stats.queued >= maxQueue) throw new ApiError(429, `the server is busy: ${maxQueue} requests are waiting; retry later`, 'rate_limit_exceeded', null, 'queue_full');
+      await (route === 'POST /v1/chat/completions' ? chatCompletions : completions)(served, req, res, body);
+      return;
+    }
+    throw new ApiError(404, `no route ${req.method} ${url.pathname}`, 'invalid_request_error', null, 'not_found');
+  };
+
+  const server = http.createServer((req, res) => {
+    res.on('finish', () => counters.count(res.statusCode));
+    handle(req, res).catch((e: unknown) => {
+      const err = toApiError(e);
+      const answer = () => (res.headersSent ? res.end() : sendError(res, err));
+      // 413 before the upload was read: read the rest into nothing first, so that the client,
+      // still sending, sees the answer instead of a reset connection
+      if (err.status === 413 && !req.readableEnded && !req.destroyed) {
+        req.once('end', answer);
+        req.resume();
+      } else answer();
+    });
+  });
+  server.requestTimeout = 0; // long generations
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e: NodeJS.ErrnoException) => reject(new UserError(`serve: cannot listen on ${o.host ?? '127.0.0.1'}:${o.port ?? 8080} (${e.code ?? e.message})`, 1)));
+    server.listen(o.port ?? 8080, o.host ?? '127.0.0.1', () => resolve());
+  });
+  const a = server.address() as AddressInfo;
+  const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+  return {
+    server,
+    url: `http://${host}:${a.port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function toApiError(e: unknown): ApiError {
+  if (e instanceof ApiError) return e;
+  if (e instanceof ReadError) return new ApiError(500, `reading the weights failed: ${e.message}`, 'server_error', null, 'read_fault');
+  if (e instanceof UserError) return new ApiError(400, e.message, 'invalid_request_error');
+  return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`, 'server_error');
+}
