@@ -9,8 +9,12 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN, GOLDEN_TOL } from './helpers.js';
 
+// Every damaged copy goes in one temporary folder, removed when the test process ends.
+const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-err-'));
+process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
+
 function copyCase(name: string): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `k3-err-${name}-`));
+  const dir = fs.mkdtempSync(path.join(TMP, `${name}-`));
   for (const f of fs.readdirSync(path.join(GOLDEN, name))) fs.copyFileSync(path.join(GOLDEN, name, f), path.join(dir, f));
   for (const f of fs.readdirSync(dir)) fs.chmodSync(path.join(dir, f), 0o644);
   return dir;
@@ -113,7 +117,7 @@ test('usage mistakes: unknown command, unknown flag, missing model, bad ids', ()
 });
 
 test(`k3 logits writes a float32 .npy [T, vocab] equal to the golden logits within ${GOLDEN_TOL}`, async () => {
-  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'k3-logits-')), 'l.npy');
+  const out = path.join(fs.mkdtempSync(path.join(TMP, 'logits-')), 'l.npy');
   const tokens = JSON.parse(fs.readFileSync(path.join(GOLDEN, 'k3', 'tokens.json'), 'utf8')).short as number[];
   const r = k3('logits', path.join(GOLDEN, 'k3'), '--ids', tokens.join(','), '--out', out);
   assert.equal(r.code, 0, r.stderr);
