@@ -232,7 +232,7 @@ test('--printable (what the demo prints): no special tokens, control characters 
   assert.doesNotMatch(r.stdout.slice(0, -1), unprintable);
   const raw = json(k3(['run', DEMO, '-p', 'The quick brown fox', '-n', '64', '--ignore-eos', '--json', '-t', '1']));
   assert.match(raw.text as string, /[\ufffd]|\[[A-Z]+\]|<\|/u, 'the random weights do produce such pieces (else this test shows nothing)');
-  const demo = k3(['demo', '--out', DEMO, '--gen', '8']);
+  const demo = k3(['demo', '--random', '--out', DEMO, '--gen', '8']);
   assert.equal(demo.status, 0, demo.stderr);
   assert.match(demo.stderr, /weights are random/);
 });

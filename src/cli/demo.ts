@@ -1,21 +1,36 @@
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
+import { openModel } from './common.js';
+import { TRAINED_DEMO_DIR, answerSum, readTrainInfo, sumAnswer, sumPrompt } from './demo-sums.js';
 import { synthCheckpoint } from '../synth/synth.js';
+import { RunRecorder, formatSummary } from '../generate/report.js';
 import { demoTokenizerFiles } from '../tokenizer/index.js';
 import { command as run } from './run.js';
 import { formatBytes } from '../util/format.js';
+import { UserError } from '../util/errors.js';
 
 export const command: Command = {
-  summary: 'write the small built-in K3 model (if needed) and generate text from it',
-  help: `usage: k3 demo [--out DIR] [--prompt TEXT] [--gen N] [--memory SIZE]
+  summary: 'run the small built-in K3 model, trained to add two numbers, on held-out problems',
+  help: `usage: k3 demo [--problems N] [--memory SIZE] [--threads N]
+       k3 demo --random [--out DIR] [--prompt TEXT] [--gen N] [--memory SIZE]
 
-Writes a small random checkpoint with the exact K3 layout (MXFP4 experts, KDA + gated MLA,
-latent MoE, Attention Residuals; about 15 MiB) and a small built-in tokenizer to DIR (default
-models/demo-k3; skipped when already there), then runs \`k3 run\` on it with a text prompt.
-The weights are random, so the text is too: the demo shows the pipeline, not a language model.`,
+Runs the built-in demo model (models-shipped/demo-k3-trained: a 2.6 M-parameter model with the
+exact K3 architecture, MXFP4 experts, KDA + gated NoPE MLA, latent MoE with SiTU, Attention
+Residuals, trained by tools/train-demo/train.py to add two two-digit numbers) on N held-out
+problems (default 8; never seen in training), printing each prompt, the model's answer and
+whether it is right, then the run report of the last one.
+
+--random instead writes a random checkpoint with the same layout (about 15 MiB) and a small
+built-in tokenizer to DIR (default models/demo-k3; skipped when already there) and runs
+\`k3 run\` on it with a text prompt: random weights, so the text is noise.`,
   async run(args) {
-    const { values } = parse('demo', args, { out: { type: 'string' }, prompt: { type: 'string' }, gen: { type: 'string' }, memory: { type: 'string' } });
+    const { values } = parse('demo', args, { random: { type: 'boolean' }, problems: { type: 'string' }, threads: { type: 'string' }, out: { type: 'string' }, prompt: { type: 'string' }, gen: { type: 'string' }, memory: { type: 'string' } });
+    if (!values.random) {
+      for (const f of ['out', 'prompt', 'gen'] as const) if (values[f] !== undefined) throw new UserError(`demo: --${f} goes with --random`);
+      return trained(parseIntFlag('demo', 'problems', values.problems, 8, 1), values.memory, values.threads);
+    }
     const out = path.resolve(values.out ?? path.join('models', 'demo-k3'));
     const gen = parseIntFlag('demo', 'gen', values.gen, 24, 1);
     const r = await synthCheckpoint({ arch: 'k3', preset: 'demo', out, extraFiles: demoTokenizerFiles() });
@@ -26,3 +41,28 @@ The weights are random, so the text is too: the demo shows the pipeline, not a l
     return run.run([out, '--prompt', prompt, '--gen', String(gen), '--printable', ...(values.memory ? ['--memory', values.memory] : [])]);
   },
 };
+
+async function trained(n: number, memory: string | undefined, threads: string | undefined): Promise<number> {
+  const dir = TRAINED_DEMO_DIR;
+  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) throw new UserError(`demo: the built-in model is missing (${dir}); k3 demo --random writes a random one`);
+  const info = readTrainInfo(dir);
+  const problems = info.held_out.slice(0, n);
+  process.stdout.write(`demo model: ${path.relative(process.cwd(), dir) || dir}, a tiny K3 trained to add two numbers (held-out accuracy at training: ${info.held_out_accuracy.toFixed(1)}%)\n`);
+  const { model } = await openModel('demo', dir, { memory, threads, ctx: '64' });
+  try {
+    let right = 0;
+    let rec: RunRecorder | null = null;
+    for (const [a, b] of problems) {
+      rec = new RunRecorder(model.store);
+      const got = await answerSum(model, a, b, { recorder: rec });
+      const ok = got === sumAnswer(a, b);
+      if (ok) right++;
+      process.stdout.write(`  ${sumPrompt(a, b)}${got.padEnd(3)}  ${ok ? 'right' : `wrong (${sumAnswer(a, b)})`}\n`);
+    }
+    process.stdout.write(`${right} of ${problems.length} right\n`);
+    if (rec) process.stderr.write(`run report of the last problem:\n${formatSummary(rec.summary())}\n`);
+  } finally {
+    await model.close();
+  }
+  return 0;
+}
