@@ -9,6 +9,7 @@ import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate } from '../src/kernels/wasm/kernels.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
+import { KernelProfile } from '../src/kernels/profile.js';
 
 // deterministic PRNG (xorshift32)
 const rnd = xorshift(0x9e3779b9);
@@ -238,6 +239,33 @@ test('a token gives the same bytes alone or in any chunk (T independence)', () =
       k1.matmul(w, x.subarray(t * cols, (t + 1) * cols), 1, one);
       sameBytes(one, all.subarray(t * rows, (t + 1) * rows), `${format} token ${t}`);
     }
+  }
+});
+
+test('a profile attached (k3 bench --profile) times calls into its buckets and changes no byte', () => {
+  const rows = 64, cols = 4096;
+  const wa = makeWeight('bf16', rows, cols), wb = makeWeight('mxfp4', rows, cols);
+  const x = randX(cols);
+  for (const k of [k1, k2]) {
+    const prof = new KernelProfile();
+    const plain = [wa, wb].map((w) => {
+      const y = new Float32Array(rows);
+      k.matmul(w, x, 1, y);
+      return y;
+    });
+    k.profile = prof;
+    try {
+      [wa, wb].forEach((w, i) => {
+        const y = new Float32Array(rows);
+        k.matmul(w, x, 1, y);
+        sameBytes(y, plain[i]!, `profiled ${w.name}`);
+      });
+    } finally {
+      k.profile = null;
+    }
+    assert.equal(prof.calls, 2);
+    assert.ok(prof.ms.matmul > 0 && prof.ms.experts > 0 && prof.ms.dispatch >= 0 && prof.ms.wait >= 0);
+    if (k.threads === 1) assert.equal(prof.ms.wait, 0);
   }
 });
 

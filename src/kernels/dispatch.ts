@@ -9,6 +9,9 @@ import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
 import { GiB, MiB } from '../util/format.js';
+import type { KernelProfile } from './profile.js';
+
+export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from './profile.js';
 
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
 const PER_MEMORY = Math.floor(3.75 * GiB);
@@ -47,6 +50,11 @@ export class KernelGroup {
 
   set fastExperts(on: boolean) {
     for (const k of this.members) k.fastMxfp4 = on;
+  }
+
+  /** Where every member's calls add their time (`k3 bench --profile`); null: nothing is timed. */
+  set profile(p: KernelProfile | null) {
+    for (const k of this.members) k.profile = p;
   }
 
   /** Bytes of kernel memory for weights, used in place by the kernels. */

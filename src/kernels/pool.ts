@@ -141,6 +141,9 @@ interface WorkerInit {
 
 export class Pool {
   private closed = false;
+  /** When true, run() adds the calling thread's time waiting for the workers to waitMs. */
+  timed = false;
+  waitMs = 0;
 
   private constructor(
     readonly ctrl: Int32Array,
@@ -209,6 +212,7 @@ export class Pool {
       err = e;
     }
     const want = this.workers.length;
+    const tw = this.timed ? performance.now() : 0;
     for (;;) {
       let d = Atomics.load(c, DONE);
       if (d >= want) break;
@@ -216,6 +220,7 @@ export class Pool {
       if (d >= want) break;
       if (d === Atomics.load(c, DONE)) Atomics.wait(c, DONE, d, 100);
     }
+    if (this.timed) this.waitMs += performance.now() - tw;
     if (err) throw err;
     if (Atomics.load(c, ERROR)) throw new Error('a kernel worker failed (out-of-bounds access?)');
   }
