@@ -36,6 +36,8 @@ interface ProfileRow {
   ms: Record<ProfileBucket | 'js', number>;
   calls_per_token: number;
   pooled_per_token: number;
+  /** Kernel time that ran on the calling thread alone while workers idled (part of the buckets). */
+  solo_ms: number;
 }
 
 /** Deterministic pseudo-random ids (the numbers do not matter for speed). */
@@ -188,7 +190,7 @@ ${MODEL_HELP}`,
           }
           const ms = Object.fromEntries(PROFILE_BUCKETS.map((b) => [b, prof.ms[b] / tokens])) as Record<ProfileBucket | 'js', number>;
           ms.js = total / tokens - PROFILE_BUCKETS.reduce((a, b) => a + ms[b], 0);
-          profRows.push({ threads, tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens });
+          profRows.push({ threads, tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
         }
         if (fast && !cost) {
           const kgc = model.kernels!;
@@ -259,9 +261,10 @@ ${MODEL_HELP}`,
       const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
       console.log('');
       console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = mxfp4/int4 products, fused = KDA/MLA/activations, js = the rest):`);
-      console.log(`| threads | ms/token | ${cols.join(' | ')} | kernel calls | pooled |`);
-      console.log(`| ---: | ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: |`);
-      for (const r of profRows) console.log(`| ${r.threads} | ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} |`);
+      console.log(`| threads | ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
+      console.log(`| ---: | ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+      for (const r of profRows) console.log(`| ${r.threads} | ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
+      console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
     }
     if (cost) {
       console.log('');

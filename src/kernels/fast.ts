@@ -167,8 +167,9 @@ export class Kernels {
     try {
       this.pool.run(nops, nth);
     } finally {
-      const w = this.pool.waitMs;
-      p.add(bucket, performance.now() - t0 - w);
+      const w = this.pool.waitMs, ms = performance.now() - t0 - w;
+      p.add(bucket, ms);
+      if (nth <= 1 && this.pool.size > 1) p.soloMs += ms;
       p.add('wait', w);
       p.calls++;
       if (nth > 1) p.pooled++;
@@ -398,7 +399,9 @@ export class Kernels {
     if (!p) return this.matvecTUntimed(w, r0, n, x, xo, y);
     const t0 = performance.now();
     this.matvecTUntimed(w, r0, n, x, xo, y);
-    p.add('matmul', performance.now() - t0);
+    const ms = performance.now() - t0;
+    p.add('matmul', ms);
+    if (this.pool.size > 1) p.soloMs += ms;
     p.calls++;
   }
 
@@ -526,7 +529,9 @@ export class Kernels {
     if (!p) return this.gatedActImpl(gate, up, out, kind, b, bl);
     const t0 = performance.now();
     this.gatedActImpl(gate, up, out, kind, b, bl);
-    p.add('fused', performance.now() - t0);
+    const ms = performance.now() - t0;
+    p.add('fused', ms);
+    if (this.pool.size > 1) p.soloMs += ms;
     p.calls++;
   }
 

@@ -21,6 +21,10 @@ export class KernelProfile {
   calls = 0;
   /** Of those, calls that woke the workers. */
   pooled = 0;
+  /** Milliseconds of kernel calls (in matmul, experts or fused) that ran on the calling thread
+   *  alone although the instance has workers (too small to split, or single-threaded kernels:
+   *  matvecT, gated activations): what the other threads sit out. */
+  soloMs = 0;
 
   add(b: ProfileBucket, ms: number): void {
     this.ms[b] += ms;
@@ -30,5 +34,6 @@ export class KernelProfile {
     for (const b of PROFILE_BUCKETS) this.ms[b] = 0;
     this.calls = 0;
     this.pooled = 0;
+    this.soloMs = 0;
   }
 }
