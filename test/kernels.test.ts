@@ -242,6 +242,21 @@ test('a token gives the same bytes alone or in any chunk (T independence)', () =
   }
 });
 
+test('matvecTHeads: the heads in one dispatch give the bytes of one matvecT per head (bf16, mxfp4)', () => {
+  const H = 5, n = 24, rStride = 40, cols = 96, xStride = 30;
+  for (const format of ['bf16', 'mxfp4'] as const) {
+    const w = makeWeight(format, 3 + (H - 1) * rStride + n, cols);
+    const x = randX(2 + (H - 1) * xStride + n);
+    const want = new Float32Array(H * cols);
+    for (let h = 0; h < H; h++) ref.matvecT(w, 3 + h * rStride, n, x, 2 + h * xStride, want.subarray(h * cols, (h + 1) * cols));
+    for (const k of [k1, k2, k2s]) {
+      const y = new Float32Array(H * cols).fill(7);
+      k.matvecTHeads(w, 3, rStride, n, x, 2, xStride, y, H);
+      sameBytes(y, want, `matvecTHeads ${format} threads=${k.threads} relaxed=${k.relaxed}`);
+    }
+  }
+});
+
 test('a profile attached (k3 bench --profile) times calls into its buckets and changes no byte', () => {
   const rows = 64, cols = 4096;
   const wa = makeWeight('bf16', rows, cols), wb = makeWeight('mxfp4', rows, cols);

@@ -141,6 +141,13 @@ export class Compute {
     else ref.matvecT(w, r0, n, x, xo, y);
   }
 
+  /** matvecT of H heads in one dispatch: head h over rows r0 + h·rStride, x at xo + h·xStride, into y[h·cols ..]. */
+  matvecTHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    const k = this.kernels?.owner(w);
+    if (k) k.matvecTHeads(w, r0, rStride, n, x, xo, xStride, y, H);
+    else for (let h = 0; h < H; h++) ref.matvecT(w, r0 + h * rStride, n, x, xo + h * xStride, y.subarray(h * w.cols, (h + 1) * w.cols));
+  }
+
   // ---- fused pieces: the WebAssembly kernels when the state lives in this group's memory -------
   // These return false (and do nothing) when the state is not in the group's memory: the caller
   // then runs the JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.

@@ -27,7 +27,7 @@ import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type Ke
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, type MatmulOpWords } from './pool.js';
 import { formatMiB } from '../util/format.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
 
@@ -403,6 +403,39 @@ export class Kernels {
     p.add('matmul', ms);
     if (this.pool.size > 1) p.soloMs += ms;
     p.calls++;
+  }
+
+  /**
+   * matvecT for heads h < H in one dispatch, heads split across the pool: head h is
+   * matvecT(w, r0 + h*rStride, n, x, xo + h*xStride, y[h*cols ..]), y being [H, cols]. Same bytes
+   * as H calls of matvecT.
+   */
+  matvecTHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    this.timedCall(() => this.matvecTHeadsImpl(w, r0, rStride, n, x, xo, xStride, y, H));
+  }
+
+  private matvecTHeadsImpl(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    if (H <= 0) return;
+    const m = this.mark();
+    try {
+      const R = this.resolve(w);
+      if (!(0 <= r0 && n >= 0 && rStride >= 0 && r0 + (H - 1) * rStride + n <= R.rows)) throw new RangeError(`matvecTHeads: bad rows of ${R.rows}`);
+      const xn = (H - 1) * xStride + n;
+      if (xo < 0 || xStride < 0 || xo + xn > x.length) throw new RangeError('matvecTHeads: x too short');
+      if (y.length < H * R.cols) throw new RangeError('matvecTHeads: y too short');
+      const xs = x.subarray(xo, xo + xn);
+      const xoff = this.contains(xs) ? xs.byteOffset : this.copyIn(xs);
+      const inMem = this.contains(y);
+      const yoff = inMem ? y.byteOffset : this.alloc(H * R.cols * 4).offset;
+      const args = [FMT_CODE[R.fmt], R.w, R.s, R.sdt, R.rows, R.cols, r0, rStride, n, xoff, xStride * 4, yoff, R.cols * 4];
+      writeFusedOp(this.ctrl, 0, OP_MVT, args, 0, H);
+      const nth = Math.min(H, this.threadsFor(H * n * R.cols));
+      if (this.prof) this.runPool(1, nth, 'matmul');
+      else this.pool.run(1, nth);
+      if (!inMem) y.set(new Float32Array(this.buffer, yoff, H * R.cols));
+    } finally {
+      this.release(m);
+    }
   }
 
   private matvecTUntimed(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {

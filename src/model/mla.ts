@@ -183,12 +183,9 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
   for (let t = 0; t < T; t++) {
     const pos = p0 + t;
     const n = pos + 1;
-    for (let h = 0; h < H; h++) {
-      const qo = t * H * dq + h * dq;
-      if (p.rope) applyRope(p.rope, q, qo + dn, pos);
-      // q_lat = q_nope · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj)
-      c.matvecT(kvb, h * (dn + dv), dn, q, qo, qLat.subarray(h * Lk, (h + 1) * Lk));
-    }
+    if (p.rope) for (let h = 0; h < H; h++) applyRope(p.rope, q, t * H * dq + h * dq + dn, pos);
+    // q_lat[h] = q_nope[h] · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj), all heads in one dispatch
+    c.matvecTHeads(kvb, 0, dn + dv, dn, q, t * H * dq, dq, qLat, H);
     const sc = scoreBuf.subarray(0, H * n);
     const qr = t * H * dq + dn;
     if (!c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
