@@ -19,3 +19,19 @@ test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel ro
   assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'bf16'));
   assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'mxfp4'));
 });
+
+test('k3 bench --profile: a per-token breakdown of decode per thread count, buckets within the token time', () => {
+  const r = spawnSync(process.execPath, [CLI, 'bench', path.join(GOLDEN, 'k3'), '-p', '0', '-n', '4', '-r', '1', '--threads-list', '1,2', '--profile', '--json'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const j = JSON.parse(r.stdout);
+  assert.deepEqual(j.profile.map((p: { threads: number }) => p.threads), [1, 2]);
+  for (const p of j.profile) {
+    assert.equal(p.tokens, 4);
+    const buckets = ['matmul', 'experts', 'fused', 'dispatch', 'wait', 'js'];
+    assert.deepEqual(Object.keys(p.ms).sort(), [...buckets].sort());
+    for (const b of buckets) assert.ok(p.ms[b] >= 0, `${b}: ${p.ms[b]}`);
+    assert.ok(Math.abs(buckets.reduce((a, b) => a + p.ms[b], 0) - p.ms_per_token) < 1e-6);
+    assert.ok(p.ms.matmul > 0 && p.ms.experts > 0 && p.calls_per_token > 0);
+  }
+  assert.equal(j.profile[0].ms.wait, 0);
+});

@@ -9,6 +9,7 @@ import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate } from '../src/kernels/wasm/kernels.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
+import { KernelProfile } from '../src/kernels/profile.js';
 
 // deterministic PRNG (xorshift32)
 const rnd = xorshift(0x9e3779b9);
@@ -238,6 +239,48 @@ test('a token gives the same bytes alone or in any chunk (T independence)', () =
       k1.matmul(w, x.subarray(t * cols, (t + 1) * cols), 1, one);
       sameBytes(one, all.subarray(t * rows, (t + 1) * rows), `${format} token ${t}`);
     }
+  }
+});
+
+test('matvecTHeads: the heads in one dispatch give the bytes of one matvecT per head (bf16, mxfp4)', () => {
+  const H = 5, n = 24, rStride = 40, cols = 96, xStride = 30;
+  for (const format of ['bf16', 'mxfp4'] as const) {
+    const w = makeWeight(format, 3 + (H - 1) * rStride + n, cols);
+    const x = randX(2 + (H - 1) * xStride + n);
+    const want = new Float32Array(H * cols);
+    for (let h = 0; h < H; h++) ref.matvecT(w, 3 + h * rStride, n, x, 2 + h * xStride, want.subarray(h * cols, (h + 1) * cols));
+    for (const k of [k1, k2, k2s]) {
+      const y = new Float32Array(H * cols).fill(7);
+      k.matvecTHeads(w, 3, rStride, n, x, 2, xStride, y, H);
+      sameBytes(y, want, `matvecTHeads ${format} threads=${k.threads} relaxed=${k.relaxed}`);
+    }
+  }
+});
+
+test('a profile attached (k3 bench --profile) times calls into its buckets and changes no byte', () => {
+  const rows = 64, cols = 4096;
+  const wa = makeWeight('bf16', rows, cols), wb = makeWeight('mxfp4', rows, cols);
+  const x = randX(cols);
+  for (const k of [k1, k2]) {
+    const prof = new KernelProfile();
+    const plain = [wa, wb].map((w) => {
+      const y = new Float32Array(rows);
+      k.matmul(w, x, 1, y);
+      return y;
+    });
+    k.profile = prof;
+    try {
+      [wa, wb].forEach((w, i) => {
+        const y = new Float32Array(rows);
+        k.matmul(w, x, 1, y);
+        sameBytes(y, plain[i]!, `profiled ${w.name}`);
+      });
+    } finally {
+      k.profile = null;
+    }
+    assert.equal(prof.calls, 2);
+    assert.ok(prof.ms.matmul > 0 && prof.ms.experts > 0 && prof.ms.dispatch >= 0 && prof.ms.wait >= 0);
+    if (k.threads === 1) assert.equal(prof.ms.wait, 0);
   }
 });
 

@@ -5,6 +5,7 @@ import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
 import { Model } from '../model/model.js';
+import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { UserError } from '../util/errors.js';
@@ -25,6 +26,18 @@ function stats(xs: number[]): { mean: number; sd: number } {
   const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
   const sd = xs.length > 1 ? Math.sqrt(xs.reduce((a, b) => a + (b - mean) ** 2, 0) / (xs.length - 1)) : 0;
   return { mean, sd };
+}
+
+/** Per-token breakdown of decode (--profile): milliseconds per bucket, the rest is JavaScript. */
+interface ProfileRow {
+  threads: number;
+  tokens: number;
+  ms_per_token: number;
+  ms: Record<ProfileBucket | 'js', number>;
+  calls_per_token: number;
+  pooled_per_token: number;
+  /** Kernel time that ran on the calling thread alone while workers idled (part of the buckets). */
+  solo_ms: number;
 }
 
 /** Deterministic pseudo-random ids (the numbers do not matter for speed). */
@@ -68,6 +81,10 @@ format of the model: GMAC/s and GB/s of weights for a matrix of its shape, T = 1
   -p N              prompt tokens (default 64; 0 skips pp)
   -n N              generated tokens (default 32; 0 skips tg)
   -r N              repetitions (default 5)
+  --profile         also a per-token breakdown of decode at each thread count: trunk matmul
+                    kernels, expert kernels, fused pieces (KDA, MLA, activations), dispatch (JS
+                    around kernel calls), waits for workers, and the rest (JavaScript element-wise
+                    work: norms, rope, router, softmax, AttnRes); timed runs apart from the t/s rows
   --threads-list L  comma-separated thread counts (default 1,2 capped at the cores)
   --json            one JSON object
 
@@ -82,6 +99,7 @@ ${MODEL_HELP}`,
       n: { type: 'string', short: 'n' },
       r: { type: 'string', short: 'r' },
       'threads-list': { type: 'string' },
+      profile: { type: 'boolean' },
       json: { type: 'boolean' },
       ...MODEL_OPTIONS,
     }, 1);
@@ -104,6 +122,7 @@ ${MODEL_HELP}`,
     }
     let cost: { prompt: string; positions: number; mean_kl: number; top1_agreement: number } | null = null;
     const rows: Row[] = [];
+    const profRows: ProfileRow[] = [];
     const kernelRows: { kind: string; shape: [number, number]; threads: number; gmac_per_s: number; gb_per_s: number }[] = [];
     let info: { arch: string; params: number; bytes: number } | null = null;
     for (const threads of list) {
@@ -146,6 +165,32 @@ ${MODEL_HELP}`,
             }
             rows.push({ test: `tg${N}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
           }
+        }
+        if (values.profile && N > 0 && model.kernels) {
+          const kgp = model.kernels;
+          kgp.fastExperts = false;
+          const prof = new KernelProfile();
+          let total = 0, tokens = 0;
+          for (let r = 0; r < R + 1; r++) {
+            const st = model.newState();
+            let next = ids(1, cfg.vocabSize, 300 + r)[0]!;
+            await model.forward(st, [next], 'last');
+            kgp.profile = r > 0 ? prof : null; // run 0 warms up
+            const t0 = performance.now();
+            for (let i = 0; i < N; i++) {
+              next = (next * 31 + 7) % cfg.vocabSize;
+              await model.forward(st, [next], 'last');
+            }
+            if (r > 0) {
+              total += performance.now() - t0;
+              tokens += N;
+            }
+            kgp.profile = null;
+            model.release(st);
+          }
+          const ms = Object.fromEntries(PROFILE_BUCKETS.map((b) => [b, prof.ms[b] / tokens])) as Record<ProfileBucket | 'js', number>;
+          ms.js = total / tokens - PROFILE_BUCKETS.reduce((a, b) => a + ms[b], 0);
+          profRows.push({ threads, tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
         }
         if (fast && !cost) {
           const kgc = model.kernels!;
@@ -198,7 +243,7 @@ ${MODEL_HELP}`,
       }
     }
     if (values.json) {
-      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}) }));
+      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(values.profile ? { profile: profRows } : {}) }));
       return 0;
     }
     const size = info ? `${(info.bytes / 2 ** 30).toFixed(2)} GiB` : '?';
@@ -211,6 +256,16 @@ ${MODEL_HELP}`,
     console.log('| kernel | shape | threads | GMAC/s | GB/s |');
     console.log('| --- | --- | ---: | ---: | ---: |');
     for (const k of kernelRows) console.log(`| ${k.kind.replace(/^(\w+)/, '$1 x f32')} | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
+    if (profRows.length) {
+      const cols: (ProfileBucket | 'js')[] = [...PROFILE_BUCKETS, 'js'];
+      const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
+      console.log('');
+      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = mxfp4/int4 products, fused = KDA/MLA/activations, js = the rest):`);
+      console.log(`| threads | ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
+      console.log(`| ---: | ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+      for (const r of profRows) console.log(`| ${r.threads} | ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
+      console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
+    }
     if (cost) {
       console.log('');
       console.log(`fast experts vs exact, next-token distributions over ${cost.positions} positions (${cost.prompt}): mean KL ${cost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * cost.top1_agreement).toFixed(1)}%`);

@@ -9,6 +9,9 @@ import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
 import { GiB, MiB } from '../util/format.js';
+import type { KernelProfile } from './profile.js';
+
+export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from './profile.js';
 
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
 const PER_MEMORY = Math.floor(3.75 * GiB);
@@ -47,6 +50,11 @@ export class KernelGroup {
 
   set fastExperts(on: boolean) {
     for (const k of this.members) k.fastMxfp4 = on;
+  }
+
+  /** Where every member's calls add their time (`k3 bench --profile`); null: nothing is timed. */
+  set profile(p: KernelProfile | null) {
+    for (const k of this.members) k.profile = p;
   }
 
   /** Bytes of kernel memory for weights, used in place by the kernels. */
@@ -131,6 +139,13 @@ export class Compute {
     const k = this.kernels?.owner(w);
     if (k) k.matvecT(w, r0, n, x, xo, y);
     else ref.matvecT(w, r0, n, x, xo, y);
+  }
+
+  /** matvecT of H heads in one dispatch: head h over rows r0 + h·rStride, x at xo + h·xStride, into y[h·cols ..]. */
+  matvecTHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    const k = this.kernels?.owner(w);
+    if (k) k.matvecTHeads(w, r0, rStride, n, x, xo, xStride, y, H);
+    else for (let h = 0; h < H; h++) ref.matvecT(w, r0 + h * rStride, n, x, xo + h * xStride, y.subarray(h * w.cols, (h + 1) * w.cols));
   }
 
   // ---- fused pieces: the WebAssembly kernels when the state lives in this group's memory -------

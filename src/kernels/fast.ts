@@ -27,8 +27,9 @@ import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type Ke
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, type MatmulOpWords } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, type MatmulOpWords } from './pool.js';
 import { formatMiB } from '../util/format.js';
+import type { KernelProfile, ProfileBucket } from './profile.js';
 
 const PAGE = 65536;
 // Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the
@@ -97,6 +98,7 @@ export class Kernels {
    * dots (wasm/q8.ts; same bytes as matmulQ8Ref there, not those of the exact path).
    */
   fastMxfp4 = false;
+  private prof: KernelProfile | null = null;
 
   private constructor(
     readonly memory: WebAssembly.Memory,
@@ -140,6 +142,51 @@ export class Kernels {
   /** Threads in all, the calling thread included. */
   get threads(): number {
     return this.pool.size;
+  }
+
+  /** Where calls add their time (`k3 bench --profile`); null (the default): nothing is timed. */
+  get profile(): KernelProfile | null {
+    return this.prof;
+  }
+
+  set profile(p: KernelProfile | null) {
+    this.prof = p;
+    this.pool.timed = p !== null;
+    this.pool.waitMs = 0;
+  }
+
+  /** pool.run, its time split into `bucket` (the calling thread's share) and waiting for the workers. */
+  private runPool(nops: number, nth: number, bucket: ProfileBucket): void {
+    const p = this.prof;
+    if (!p) {
+      this.pool.run(nops, nth);
+      return;
+    }
+    const t0 = performance.now();
+    this.pool.waitMs = 0;
+    try {
+      this.pool.run(nops, nth);
+    } finally {
+      const w = this.pool.waitMs, ms = performance.now() - t0 - w;
+      p.add(bucket, ms);
+      if (nth <= 1 && this.pool.size > 1) p.soloMs += ms;
+      p.add('wait', w);
+      p.calls++;
+      if (nth > 1) p.pooled++;
+    }
+  }
+
+  /** Adds the time of a whole call to 'dispatch', less what runPool put in other buckets meanwhile. */
+  private timedCall<R>(fn: () => R): R {
+    const p = this.prof;
+    if (!p) return fn();
+    const inner = (): number => p.ms.matmul + p.ms.experts + p.ms.fused + p.ms.wait;
+    const t0 = performance.now(), i0 = inner();
+    try {
+      return fn();
+    } finally {
+      p.add('dispatch', performance.now() - t0 - (inner() - i0));
+    }
   }
 
   // ---- memory -------------------------------------------------------------------------------
@@ -288,8 +335,14 @@ export class Kernels {
 
   /** Several independent products in one dispatch (no op may read another's output). */
   matmulBatch(ops: readonly MatmulOp[]): void {
+    const p = this.prof;
+    if (p) this.timedCall(() => this.matmulBatchUntimed(ops, p));
+    else this.matmulBatchUntimed(ops, null);
+  }
+
+  private matmulBatchUntimed(ops: readonly MatmulOp[], p: KernelProfile | null): void {
     if (ops.length > this.maxOps) {
-      for (let i = 0; i < ops.length; i += this.maxOps) this.matmulBatch(ops.slice(i, i + this.maxOps));
+      for (let i = 0; i < ops.length; i += this.maxOps) this.matmulBatchUntimed(ops.slice(i, i + this.maxOps), p);
       return;
     }
     const m = this.mark();
@@ -297,6 +350,7 @@ export class Kernels {
       const xCache = new Map<Float32Array, Map<string, number>>();
       const copies: { y: Float32Array; off: number; T: number; rows: number; r0: number; r1: number }[] = [];
       let macs = 0;
+      let experts = false;
       ops.forEach((op, i) => {
         const R = this.resolve(op.w);
         const T = op.T, r0 = op.r0 ?? 0, r1 = op.r1 ?? R.rows;
@@ -307,6 +361,7 @@ export class Kernels {
         const tiled = T >= TILE_MIN_T;
         const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
         const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
+        if (R.fmt === 'mxfp4' || R.fmt === 'int4') experts = true;
         let byPerm = xCache.get(op.x);
         if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
         const key = q8 ? `q8:${R.cols}:${T}` : `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
@@ -323,7 +378,8 @@ export class Kernels {
         writeMatmulOp(this.ctrl, i, words);
         macs += (r1 - r0) * R.cols * T;
       });
-      this.pool.run(ops.length, this.threadsFor(macs));
+      if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');
+      else this.pool.run(ops.length, this.threadsFor(macs));
       const buf = this.buffer;
       for (const c of copies) {
         const tmp = new Float32Array(buf, c.off, c.T * c.rows);
@@ -339,6 +395,50 @@ export class Kernels {
    * As ref.ts matvecT. Runs on the calling thread.
    */
   matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
+    const p = this.prof;
+    if (!p) return this.matvecTUntimed(w, r0, n, x, xo, y);
+    const t0 = performance.now();
+    this.matvecTUntimed(w, r0, n, x, xo, y);
+    const ms = performance.now() - t0;
+    p.add('matmul', ms);
+    if (this.pool.size > 1) p.soloMs += ms;
+    p.calls++;
+  }
+
+  /**
+   * matvecT for heads h < H in one dispatch, heads split across the pool: head h is
+   * matvecT(w, r0 + h*rStride, n, x, xo + h*xStride, y[h*cols ..]), y being [H, cols]. Same bytes
+   * as H calls of matvecT.
+   */
+  matvecTHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    this.timedCall(() => this.matvecTHeadsImpl(w, r0, rStride, n, x, xo, xStride, y, H));
+  }
+
+  private matvecTHeadsImpl(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
+    if (H <= 0) return;
+    const m = this.mark();
+    try {
+      const R = this.resolve(w);
+      if (!(0 <= r0 && n >= 0 && rStride >= 0 && r0 + (H - 1) * rStride + n <= R.rows)) throw new RangeError(`matvecTHeads: bad rows of ${R.rows}`);
+      const xn = (H - 1) * xStride + n;
+      if (xo < 0 || xStride < 0 || xo + xn > x.length) throw new RangeError('matvecTHeads: x too short');
+      if (y.length < H * R.cols) throw new RangeError('matvecTHeads: y too short');
+      const xs = x.subarray(xo, xo + xn);
+      const xoff = this.contains(xs) ? xs.byteOffset : this.copyIn(xs);
+      const inMem = this.contains(y);
+      const yoff = inMem ? y.byteOffset : this.alloc(H * R.cols * 4).offset;
+      const args = [FMT_CODE[R.fmt], R.w, R.s, R.sdt, R.rows, R.cols, r0, rStride, n, xoff, xStride * 4, yoff, R.cols * 4];
+      writeFusedOp(this.ctrl, 0, OP_MVT, args, 0, H);
+      const nth = Math.min(H, this.threadsFor(H * n * R.cols));
+      if (this.prof) this.runPool(1, nth, 'matmul');
+      else this.pool.run(1, nth);
+      if (!inMem) y.set(new Float32Array(this.buffer, yoff, H * R.cols));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  private matvecTUntimed(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
     const m = this.mark();
     try {
       const R = this.resolve(w);
@@ -370,12 +470,10 @@ export class Kernels {
   /** Run one fused op over heads [0, H): on the calling thread, or split across the pool. */
   private runFused(kind: number, fn: string, args: number[], H: number, macs: number): void {
     const nth = Math.min(H, this.threadsFor(macs));
-    if (nth <= 1) {
-      this.ex[fn]!(...args, 0, H);
-      return;
-    }
     writeFusedOp(this.ctrl, 0, kind, args, 0, H);
-    this.pool.run(1, nth);
+    if (this.prof) this.runPool(1, nth, 'fused');
+    else if (nth <= 1) this.ex[fn]!(...args, 0, H);
+    else this.pool.run(1, nth);
   }
 
   /**
@@ -383,6 +481,10 @@ export class Kernels {
    * written. As kdaRecurStep (src/model/kda.ts) on each head, with beta[h] the head's β.
    */
   kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
+    this.timedCall(() => this.kdaStepImpl(S, q, k, v, alpha, beta, o, H, d));
+  }
+
+  private kdaStepImpl(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
     const P = H * d;
     const m = this.mark();
     try {
@@ -407,6 +509,10 @@ export class Kernels {
    * dot the canonical 16-lane dot (as mlaScoresRef in src/model/mla.ts).
    */
   mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
+    this.timedCall(() => this.mlaScoresImpl(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out));
+  }
+
+  private mlaScoresImpl(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
     const m = this.mark();
     try {
       if (H > 0 && (qo < 0 || qo + (H - 1) * qStride + dr > q.length)) throw new RangeError('mla scores: q too short');
@@ -427,6 +533,10 @@ export class Kernels {
 
   /** out[h*Lk + i] = Σ_s f32(P[h*n + s] · lat[s*Lk + i]), s ascending (as mlaWeightedSumRef). */
   mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
+    this.timedCall(() => this.mlaWeightedSumImpl(P, lat, n, Lk, H, out));
+  }
+
+  private mlaWeightedSumImpl(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
     const m = this.mark();
     try {
       const po = this.f32In(P, H * n, 'mla P'), lo = this.f32In(lat, n * Lk, 'mla lat');
@@ -448,6 +558,17 @@ export class Kernels {
    * arrays are copied into the arena (padded to 4) for the call.
    */
   gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
+    const p = this.prof;
+    if (!p) return this.gatedActImpl(gate, up, out, kind, b, bl);
+    const t0 = performance.now();
+    this.gatedActImpl(gate, up, out, kind, b, bl);
+    const ms = performance.now() - t0;
+    p.add('fused', ms);
+    if (this.pool.size > 1) p.soloMs += ms;
+    p.calls++;
+  }
+
+  private gatedActImpl(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
     const n = gate.length;
     if (up.length < n || out.length < n) throw new RangeError(`gatedAct: ${n} gate values, up ${up.length}, out ${out.length}`);
     const n4 = (n + 3) & ~3;

@@ -28,11 +28,16 @@ export const OP_MATMUL = 0;
 export const OP_KDA = 1;
 export const OP_MLA_SCORES = 2;
 export const OP_MLA_WSUM = 3;
+/** Transposed products of several heads (absorbed MLA): words fmt, w, s, sdt, rows, cols, r0,
+ *  rStride, n, x, xStride, y, yStride (strides in rows / bytes), heads [h0, h1) in words 14, 15;
+ *  head h is mvT_<fmt> over rows r0 + h*rStride .. +n, x at x + h*xStride, y at y + h*yStride. */
+export const OP_MVT = 4;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
   [OP_MLA_SCORES]: ['mla_scores', 10],
   [OP_MLA_WSUM]: ['mla_wsum', 5],
+  [OP_MVT]: ['', 13],
 };
 
 /** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
@@ -83,6 +88,15 @@ export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch
   const mm = FMTS.map((f) => ex[`mm_${f}`]!);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
+    if (ctrl[o] === OP_MVT) {
+      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
+      const mvT = ex[`mvT_${FMTS[ctrl[o + 1]!]}`]!;
+      for (let h = a; h < b; h++) {
+        mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
+          ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
+      }
+      continue;
+    }
     if (ctrl[o] !== OP_MATMUL) {
       // fused op: heads [h0, h1) split like rows
       const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
@@ -141,6 +155,9 @@ interface WorkerInit {
 
 export class Pool {
   private closed = false;
+  /** When true, run() adds the calling thread's time waiting for the workers to waitMs. */
+  timed = false;
+  waitMs = 0;
 
   private constructor(
     readonly ctrl: Int32Array,
@@ -209,6 +226,7 @@ export class Pool {
       err = e;
     }
     const want = this.workers.length;
+    const tw = this.timed ? performance.now() : 0;
     for (;;) {
       let d = Atomics.load(c, DONE);
       if (d >= want) break;
@@ -216,6 +234,7 @@ export class Pool {
       if (d >= want) break;
       if (d === Atomics.load(c, DONE)) Atomics.wait(c, DONE, d, 100);
     }
+    if (this.timed) this.waitMs += performance.now() - tw;
     if (err) throw err;
     if (Atomics.load(c, ERROR)) throw new Error('a kernel worker failed (out-of-bounds access?)');
   }

@@ -179,17 +179,13 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
   const dq = dn + dr;
   const qLat = new Float32Array(H * Lk);
   const oLat = new Float32Array(H * Lk);
-  const oH = new Float32Array(dv);
   const scoreBuf = new Float32Array(H * (p0 + T));
   for (let t = 0; t < T; t++) {
     const pos = p0 + t;
     const n = pos + 1;
-    for (let h = 0; h < H; h++) {
-      const qo = t * H * dq + h * dq;
-      if (p.rope) applyRope(p.rope, q, qo + dn, pos);
-      // q_lat = q_nope · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj)
-      c.matvecT(kvb, h * (dn + dv), dn, q, qo, qLat.subarray(h * Lk, (h + 1) * Lk));
-    }
+    if (p.rope) for (let h = 0; h < H; h++) applyRope(p.rope, q, t * H * dq + h * dq + dn, pos);
+    // q_lat[h] = q_nope[h] · U_K[h]  (U_K = rows h·(dn+dv) … +dn of kv_b_proj), all heads in one dispatch
+    c.matvecTHeads(kvb, 0, dn + dv, dn, q, t * H * dq, dq, qLat, H);
     const sc = scoreBuf.subarray(0, H * n);
     const qr = t * H * dq + dn;
     if (!c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
@@ -203,10 +199,9 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
       for (let s = 0; s < n; s++) sc[b + s] = Math.exp(sc[b + s]! - max) / Z;
     }
     if (!c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
-    for (let h = 0; h < H; h++) {
-      // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv)
-      c.matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat.subarray(h * Lk, (h + 1) * Lk), 1, oH);
-      out.set(oH, t * H * dv + h * dv);
-    }
+    // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv), the heads' products in one dispatch
+    c.matmulBatch(Array.from({ length: H }, (_, h) => ({
+      w: rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), x: oLat.subarray(h * Lk, (h + 1) * Lk), T: 1, y: out.subarray(t * H * dv + h * dv, t * H * dv + (h + 1) * dv),
+    })));
   }
 }
