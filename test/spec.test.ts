@@ -123,13 +123,18 @@ test('a speculative sweep and a batched forward read each trunk piece at most on
     let bytes = model.store.stats.trunkBytesRead;
     await model.forward(s, [5], 'last');
     const oneStep = model.store.stats.trunkBytesRead - bytes;
+    // The ring reads ahead across calls, and how far depends on which reads have landed, so a
+    // call's byte count can differ from the next by up to the ring's size; the exact claim is the
+    // per-piece count below (each trunk piece read at most once).
+    const slack = model.store.plan.ringBytes;
+    const aboutOneStep = (got: number, what: string) => assert.ok(Math.abs(got - oneStep) <= slack, `${name}: ${what} reads ${got} trunk bytes, one decode step ${oneStep} (± ${slack})`);
 
     bytes = model.store.stats.trunkBytesRead;
     let from = reads.length;
     model.startSweep(s);
     await model.forward(s, [7, 8, 9, 10, 11], 'all', 5);
     model.endSweep(s, 2);
-    assert.equal(model.store.stats.trunkBytesRead - bytes, oneStep, `${name}: a 5-token sweep reads the trunk bytes of one decode step`);
+    aboutOneStep(model.store.stats.trunkBytesRead - bytes, 'a 5-token sweep');
     for (const [o, n] of trunkReads(from)) assert.ok(n <= 1, `${name}: sweep read trunk piece at ${o} ${n} times`);
 
     const others = [model.newState(), model.newState()];
@@ -138,7 +143,7 @@ test('a speculative sweep and a batched forward read each trunk piece at most on
     bytes = model.store.stats.trunkBytesRead;
     from = reads.length;
     await model.forwardBatch([s, ...others], [[1], [2, 3], [4]]);
-    assert.equal(model.store.stats.trunkBytesRead - bytes, oneStep, `${name}: a batch of 3 reads the trunk bytes of one decode step`);
+    aboutOneStep(model.store.stats.trunkBytesRead - bytes, 'a batch of 3');
     for (const [o, n] of trunkReads(from)) assert.ok(n <= 1, `${name}: batch read trunk piece at ${o} ${n} times`);
     await model.close();
   }
