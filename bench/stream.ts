@@ -31,6 +31,7 @@ import { Model } from '../src/model/model.js';
 import { FsReader } from '../src/store/store.js';
 import { DirectReader } from '../src/store/direct-reader.js';
 import { indexCheckpointDir } from '../src/checkpoint/dir.js';
+import type { RunSummary } from '../src/generate/report.js';
 import { formatGB } from '../src/util/format.js';
 import { formatSpecTable, specBench } from './spec.js';
 
@@ -155,16 +156,8 @@ function rm(dir: string, v: number): number {
   return v;
 }
 
-interface RunJson {
-  generated_ids: number[];
-  seconds_per_token: number;
-  gb_read_per_token: { trunk: number; experts: number; embeddings: number };
-  io_wait_share: number;
-  io_overlap: number | null;
-  prefetch_hit_rate: number | null;
-  peak_rss_bytes: number;
-  budget_bytes: number;
-}
+/** What `k3 run --json` prints that this bench reads (the run report's fields). */
+type RunJson = Pick<RunSummary, 'seconds_per_token' | 'gb_read_per_token' | 'io_wait_share' | 'io_overlap' | 'prefetch_hit_rate' | 'peak_rss_bytes' | 'budget_bytes'> & { generated_ids: number[] };
 
 interface Row {
   run: string;

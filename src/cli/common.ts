@@ -2,7 +2,6 @@
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import * as path from 'node:path';
 import type { ConfigOverrides } from '../checkpoint/config.js';
 import { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
@@ -12,7 +11,6 @@ import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
-import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
 import { parseIntFlag } from './args.js';
 
 export const MODEL_OPTIONS = {
@@ -133,19 +131,4 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
     }
   }
   return { model, chunk };
-}
-
-/** Write a file so that it appears only complete: a temporary name, then rename. */
-export function writeFileAtomic(file: string, data: Uint8Array | string): void {
-  const dir = path.dirname(path.resolve(file));
-  if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
-  removeStaleTmp(file);
-  const tmp = tmpPath(file);
-  try {
-    fs.writeFileSync(tmp, data);
-    fs.renameSync(tmp, file);
-  } catch (e) {
-    fs.rmSync(tmp, { force: true });
-    throw new UserError(`${file}: cannot write (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
-  }
 }

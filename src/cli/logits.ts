@@ -1,6 +1,7 @@
 import type { Command } from './command.js';
 import { parse, parseIds } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, openModel, writeFileAtomic } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, openModel } from './common.js';
+import { writeFileAtomic } from '../util/stale-tmp.js';
 import { encodeNpyF32 } from '../util/npy.js';
 import { UserError } from '../util/errors.js';
 

@@ -16,6 +16,7 @@ import * as path from 'node:path';
 import { MANIFEST_NAME, isPackedDir, readManifest } from '../checkpoint/packed.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
 import { ReadError, UserError } from '../util/errors.js';
+import { writeFileAtomic } from '../util/stale-tmp.js';
 import { sameJson, shardIdentity } from './pack-io.js';
 import { VerifiedReader, type ByteReader, type CheckedRange, type VerifyMode } from './verified-reader.js';
 
@@ -114,7 +115,6 @@ async function hashRange(fd: fs.promises.FileHandle, file: string, offset: numbe
 export async function recordOrCheck(dir: string, entries: Map<string, TensorEntry>, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): Promise<ChecksumResult> {
   const t0 = performance.now();
   if (fs.existsSync(path.join(dir, MANIFEST_NAME))) throw new Error('recordOrCheck on a packed directory');
-  removeStaleTemps(dir);
   const existing = opts.record ? null : readSidecar(dir);
   const list = [...entries.values()].sort((a, b) => (a.file < b.file ? -1 : a.file > b.file ? 1 : a.offset - b.offset));
   const total = list.reduce((s, e) => s + e.nbytes, 0);
@@ -145,29 +145,7 @@ export async function recordOrCheck(dir: string, entries: Map<string, TensorEntr
   }
   if (!existing) {
     const files = shardIdentity([...new Set(list.map((e) => e.file))].sort());
-    writeAtomic(path.join(dir, CHECKSUMS_NAME), JSON.stringify({ format: FORMAT, version: VERSION, files, tensors } satisfies Sidecar));
+    writeFileAtomic(path.join(dir, CHECKSUMS_NAME), JSON.stringify({ format: FORMAT, version: VERSION, files, tensors } satisfies Sidecar));
   }
   return { recorded: !existing, tensors: list.length, bytes: total, mismatches, seconds: (performance.now() - t0) / 1000 };
-}
-
-/** A killed writer leaves `<name>.tmp-<pid>`: never read, removed by the next run. */
-function removeStaleTemps(dir: string): void {
-  for (const f of fs.readdirSync(dir)) if (f.startsWith(`${CHECKSUMS_NAME}.tmp-`)) fs.rmSync(path.join(dir, f), { force: true });
-}
-
-function writeAtomic(file: string, text: string): void {
-  const tmp = `${file}.tmp-${process.pid}`;
-  try {
-    const fd = fs.openSync(tmp, 'w');
-    try {
-      fs.writeFileSync(fd, text);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(tmp, file);
-  } catch (e) {
-    fs.rmSync(tmp, { force: true });
-    throw new UserError(`${file}: cannot write (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
-  }
 }

@@ -4,6 +4,7 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { UserError } from './errors.js';
 
 /** The temporary name a writer of `out` uses in this process. */
 export function tmpPath(out: string): string {
@@ -38,4 +39,28 @@ export function removeStaleTmp(out: string): string[] {
     removed.push(n);
   }
   return removed;
+}
+
+/**
+ * Write a file so that it only ever appears complete: `<file>.tmp-<pid>`, flushed to disk, then
+ * renamed (a stale temporary from a killed run is removed first). Failure is one UserError.
+ */
+export function writeFileAtomic(file: string, data: Uint8Array | string): void {
+  const dir = path.dirname(path.resolve(file));
+  if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
+  removeStaleTmp(file);
+  const tmp = tmpPath(file);
+  try {
+    const fd = fs.openSync(tmp, 'w');
+    try {
+      fs.writeFileSync(fd, data);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw new UserError(`${file}: cannot write (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
+  }
 }
