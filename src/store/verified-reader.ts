@@ -20,7 +20,7 @@ export interface ByteReader {
 
 /** A byte range with a known digest: a packed record or one tensor of a checkpoint. */
 export interface CheckedRange {
-  /** "record layer.3", "tensor model.norm.weight", ... */
+  /** What the range is, for the error: "record layer.3", or "tensor <name>". */
   what: string;
   file: string;
   offset: number;
