@@ -17,12 +17,11 @@
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
-import * as path from 'node:path';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import { UserError } from '../util/errors.js';
-import { removeStaleTmp, tmpPath } from '../util/stale-tmp.js';
+import { writeAtomic } from '../util/stale-tmp.js';
 
 export const STATE_MAGIC = 'K3STATE\0';
 export const STATE_VERSION = 2;
@@ -112,14 +111,10 @@ export function saveState(file: string, state: SequenceState, pending: readonly 
   const pad = Buffer.alloc((8 - ((16 + json.length) % 8)) % 8);
   const ids = Uint32Array.from([...state.tokens, ...pending]);
 
-  const dir = path.dirname(path.resolve(file));
-  if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
-  removeStaleTmp(file);
-  const tmp = tmpPath(file);
   let total = 0;
-  try {
-    const fd = fs.openSync(tmp, 'w');
-    try {
+  writeAtomic(
+    file,
+    (fd) => {
       const hash = createHash('sha256');
       const write = (b: Buffer): void => {
         let off = 0;
@@ -131,16 +126,9 @@ export function saveState(file: string, state: SequenceState, pending: readonly 
         write(b);
       }
       write(hash.digest());
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(tmp, file);
-  } catch (e) {
-    fs.rmSync(tmp, { force: true });
-    if (e instanceof UserError) throw e;
-    throw new UserError(`${file}: cannot write the state (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
-  }
+    },
+    'write the state',
+  );
   return total;
 }
 

@@ -42,10 +42,11 @@ export function removeStaleTmp(out: string): string[] {
 }
 
 /**
- * Write a file so that it only ever appears complete: `<file>.tmp-<pid>`, flushed to disk, then
- * renamed (a stale temporary from a killed run is removed first). Failure is one UserError.
+ * Write a file so that it only ever appears complete: `fill` writes `<file>.tmp-<pid>`, which is
+ * flushed to disk, then renamed (a stale temporary from a killed run is removed first). Failure is
+ * one UserError, "<file>: cannot <what> (<code>)"; a UserError from `fill` passes through.
  */
-export function writeFileAtomic(file: string, data: Uint8Array | string): void {
+export function writeAtomic(file: string, fill: (fd: number) => void, what = 'write'): void {
   const dir = path.dirname(path.resolve(file));
   if (!fs.existsSync(dir)) throw new UserError(`${file}: directory ${dir} does not exist`);
   removeStaleTmp(file);
@@ -53,7 +54,7 @@ export function writeFileAtomic(file: string, data: Uint8Array | string): void {
   try {
     const fd = fs.openSync(tmp, 'w');
     try {
-      fs.writeFileSync(fd, data);
+      fill(fd);
       fs.fsyncSync(fd);
     } finally {
       fs.closeSync(fd);
@@ -61,6 +62,12 @@ export function writeFileAtomic(file: string, data: Uint8Array | string): void {
     fs.renameSync(tmp, file);
   } catch (e) {
     fs.rmSync(tmp, { force: true });
-    throw new UserError(`${file}: cannot write (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
+    if (e instanceof UserError) throw e;
+    throw new UserError(`${file}: cannot ${what} (${(e as NodeJS.ErrnoException).code ?? String(e)})`, 1);
   }
+}
+
+/** writeAtomic of one buffer or string. */
+export function writeFileAtomic(file: string, data: Uint8Array | string): void {
+  writeAtomic(file, (fd) => fs.writeFileSync(fd, data));
 }
