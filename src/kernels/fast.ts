@@ -176,6 +176,17 @@ export class Kernels {
     }
   }
 
+  /** Times a kernel that runs on the calling thread alone (workers idle): its bucket and solo time. */
+  private timedSolo(bucket: ProfileBucket, fn: () => void): void {
+    const p = this.prof!;
+    const t0 = performance.now();
+    fn();
+    const ms = performance.now() - t0;
+    p.add(bucket, ms);
+    if (this.pool.size > 1) p.soloMs += ms;
+    p.calls++;
+  }
+
   /** Adds the time of a whole call to 'dispatch', less what runPool put in other buckets meanwhile. */
   private timedCall<R>(fn: () => R): R {
     const p = this.prof;
@@ -395,14 +406,8 @@ export class Kernels {
    * As ref.ts matvecT. Runs on the calling thread.
    */
   matvecT(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
-    const p = this.prof;
-    if (!p) return this.matvecTUntimed(w, r0, n, x, xo, y);
-    const t0 = performance.now();
-    this.matvecTUntimed(w, r0, n, x, xo, y);
-    const ms = performance.now() - t0;
-    p.add('matmul', ms);
-    if (this.pool.size > 1) p.soloMs += ms;
-    p.calls++;
+    if (!this.prof) return this.matvecTUntimed(w, r0, n, x, xo, y);
+    this.timedSolo('matmul', () => this.matvecTUntimed(w, r0, n, x, xo, y));
   }
 
   /**
@@ -558,14 +563,8 @@ export class Kernels {
    * arrays are copied into the arena (padded to 4) for the call.
    */
   gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
-    const p = this.prof;
-    if (!p) return this.gatedActImpl(gate, up, out, kind, b, bl);
-    const t0 = performance.now();
-    this.gatedActImpl(gate, up, out, kind, b, bl);
-    const ms = performance.now() - t0;
-    p.add('fused', ms);
-    if (this.pool.size > 1) p.soloMs += ms;
-    p.calls++;
+    if (!this.prof) return this.gatedActImpl(gate, up, out, kind, b, bl);
+    this.timedSolo('fused', () => this.gatedActImpl(gate, up, out, kind, b, bl));
   }
 
   private gatedActImpl(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
