@@ -4,10 +4,11 @@ import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
+import { syntheticWeight } from './estimate.js';
 import { Model } from '../model/model.js';
 import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
-import type { WeightFormat, WeightView } from '../formats/weight.js';
+import type { WeightFormat } from '../formats/weight.js';
 import { UserError } from '../util/errors.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and
@@ -47,16 +48,6 @@ function ids(n: number, vocab: number, seed: number): number[] {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
     return s % vocab;
   });
-}
-
-function randomWeight(format: WeightFormat, rows: number, cols: number, data: Uint8Array, scale?: Uint8Array): WeightView {
-  let s = 7;
-  for (let i = 0; i < data.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    data[i] = format === 'bf16' && i % 2 === 1 ? 0x3c | (s & 0x80) : s >>> 24;
-  }
-  if (scale) scale.fill(121);
-  return { name: `bench ${format}`, format, rows, cols, data, scale };
 }
 
 /** One forward of `prompt` from an empty sequence, whose state is then given back for reuse. */
@@ -222,7 +213,7 @@ ${MODEL_HELP}`,
             if (fmt === 'mxfp4') mxSeen = true;
             k.fastMxfp4 = q8;
             const bytes = fmt === 'bf16' ? rws * cls * 2 : fmt === 'f32' ? rws * cls * 4 : rws * cls / 2;
-            const w = randomWeight(fmt, rws, cls, k.alloc(bytes, 4096).u8, fmt === 'mxfp4' ? k.alloc(rws * cls / 32).u8 : undefined);
+            const w = syntheticWeight('bench', fmt, rws, cls, k.alloc(bytes, 4096).u8, fmt === 'mxfp4' ? k.alloc(rws * cls / 32).u8 : undefined);
             const x = new Float32Array(cls).fill(0.5);
             const y = new Float32Array(rws);
             k.matmul(w, x, 1, y);

@@ -53,14 +53,18 @@ function measureDisk(entries: Map<string, TensorEntry>): number | null {
   return bytes > 0 && s > 0 ? bytes / s : null;
 }
 
-function weight(format: WeightFormat, rows: number, cols: number, data: Uint8Array, scale?: Uint8Array): WeightView {
+/**
+ * A [rows, cols] weight over `data` (and `scale`) filled with fixed pseudo-random bytes: bf16
+ * values of modest size, E8M0 scales of 2^-6. For timing kernels (here and `k3 bench`), not numbers.
+ */
+export function syntheticWeight(name: string, format: WeightFormat, rows: number, cols: number, data: Uint8Array, scale?: Uint8Array): WeightView {
   let s = 7;
   for (let i = 0; i < data.length; i++) {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
     data[i] = format === 'bf16' && i % 2 === 1 ? 0x3c | (s & 0x80) : s >>> 24;
   }
   if (scale) scale.fill(121);
-  return { name: `estimate ${format}`, format, rows, cols, data, scale };
+  return { name: `${name} ${format}`, format, rows, cols, data, scale };
 }
 
 /** Weight bytes per second of one-token products, for ~150 ms per format; and the seconds one
@@ -73,7 +77,7 @@ async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: 
     const k = group.members[0]!;
     const time = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): { bytes: number; seconds: number } => {
       const bytes = fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2 + (rows * cols) / 32;
-      const w = weight(fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
+      const w = syntheticWeight('estimate', fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
       const x = new Float32Array(cols).fill(0.5);
       const y = new Float32Array(rows);
       k.matmul(w, x, 1, y);
