@@ -92,6 +92,21 @@ test('bad options are one clear error', async () => {
   assert.throws(() => model.generate('x', { maxTokens: 0 }), /maxTokens must be an integer >= 1/);
   assert.throws(() => model.generate([1, 1e9]), /token id 1000000000 is out of range/);
   await assert.rejects(loadModel(join(tmp, 'nope')), /model directory .* does not exist/);
+  // a tokenizer with more ids than the model's vocabulary is refused at load, as in `k3 run`
+  const small = join(tmp, 'vocab-300');
+  await synthCheckpoint({ arch: 'k3', out: small, vocab: 300 });
+  await assert.rejects(loadModel(small, { tokenizer: DEMO, kernels: 'ref' }), new RegExp(`the tokenizer in ${DEMO} has 512 ids but the model's vocabulary is 300`));
+});
+
+test('the model options of `k3 run` reach the store: --io, lookahead, --verify-reads, --allow-nonfinite', async () => {
+  const m = await loadModel(DEMO, { threads: 1, ctx: 64, io: 'direct', lookahead: false, verifyReads: true, allowNonfinite: true });
+  try {
+    assert.equal(m.model.store.lookahead, false);
+    assert.equal(m.model.checkFinite, false);
+    assert.deepEqual((await m.generate([1, 2, 3], { maxTokens: 2 }).result).ids, (await model.generate([1, 2, 3], { maxTokens: 2 }).result).ids);
+  } finally {
+    await m.close();
+  }
 });
 
 test("the README's library example runs as written, importing the package by its name", () => {

@@ -4,8 +4,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { Model } from '../model/model.js';
+import type { IoMode } from '../store/direct-reader.js';
 import type { ByteReader } from '../store/store.js';
-import { loadTokenizer, type Tokenizer } from '../tokenizer/index.js';
+import { checkTokenizerFits, loadTokenizer, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 export interface LoadOptions {
@@ -33,7 +34,15 @@ export interface LoadOptions {
   mlaLatentEps?: 'reference' | 'config';
   /** Kimi Linear: routing weights from the biased scores (HF remote code). */
   kimiLinearBiasedWeights?: boolean;
-  /** Where weight bytes come from (default: the files; tests inject read faults here). */
+  /** How weights are read from the files: 'direct' (O_DIRECT), 'buffered' (default) or 'auto'. */
+  io?: IoMode;
+  /** Guess the next MoE layer's experts and read them early (default true). */
+  lookahead?: boolean;
+  /** Check every read of bytes with a known sha256, not only the first (default false). */
+  verifyReads?: boolean;
+  /** Do not stop on a NaN / inf hidden state or logit (default false). */
+  allowNonfinite?: boolean;
+  /** Where weight bytes come from (default: the files, read as `io` says; tests inject read faults here). */
   reader?: ByteReader;
 }
 
@@ -64,9 +73,20 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
   const eps = o.mlaLatentEps ?? 'reference';
   if (eps !== 'reference' && eps !== 'config') throw new UserError('loadModel: mlaLatentEps must be reference or config');
   if (o.fastExperts && kernels === 'ref') throw new UserError('loadModel: fastExperts needs the WebAssembly kernels');
-  const opts = { overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false }, chunk, ctx, reader: o.reader, budget: { memory, preset: o.preset } };
+  const opts = {
+    overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
+    chunk,
+    ctx,
+    reader: o.reader,
+    io: o.io,
+    lookahead: o.lookahead ?? true,
+    verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
+    budget: { memory, preset: o.preset },
+  };
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false });
+  model.checkFinite = !o.allowNonfinite;
   try {
+    if (tok) checkTokenizerFits('loadModel', tok, tokDir, model.config.vocabSize);
     if (o.preload ?? true) await model.store.preload();
   } catch (e) {
     await model.close();

@@ -9,11 +9,11 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, checkTokenizerFits, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, openModel } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
 import { ChatSession, type AbortFlag } from '../generate/session.js';
 import { Sampler } from '../generate/sampling.js';
-import { loadTokenizer } from '../tokenizer/index.js';
+import { checkTokenizerFits, loadTokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 const COMMANDS_HELP = `commands:

@@ -7,7 +7,6 @@ import { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
 import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
 import { FsReader } from '../store/store.js';
-import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
@@ -87,16 +86,6 @@ export function ioMode(cmd: string, flag: string | undefined): IoMode {
 export function checkModelDir(cmd: string, dir: string): void {
   if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
   if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
-}
-
-/** A tokenizer that can emit ids the model has no embedding row for belongs to another model:
- *  refused at load, not found out after generating. (A model vocabulary larger than the
- *  tokenizer's is padding, as in the real checkpoints.) */
-export function checkTokenizerFits(cmd: string, tok: Tokenizer, tokDir: string, vocabSize: number): Tokenizer {
-  if (tok.vocabSize > vocabSize) {
-    throw new UserError(`${cmd}: the tokenizer in ${tokDir} has ${tok.vocabSize} ids but the model's vocabulary is ${vocabSize} (config.json vocab_size): it belongs to another model (--tok DIR names the right one)`);
-  }
-  return tok;
 }
 
 export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {

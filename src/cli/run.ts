@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, checkTokenizerFits, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, openModel } from './common.js';
 import { stopOnSignals } from './signals.js';
 import { loadConfig } from '../checkpoint/config.js';
 import { greedy } from '../generate/greedy.js';
@@ -12,7 +12,7 @@ import { acceptDraft } from '../generate/spec-sample.js';
 import { RunRecorder, formatSummary } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
 import { TextStopper, usableStopIds } from '../generate/stop.js';
-import { loadTokenizer, renderChat, stopTokenIds, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
+import { checkTokenizerFits, loadTokenizer, renderChat, stopTokenIds, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 /** Sampling flags shared by `k3 run` and `k3 chat`. */

@@ -4,10 +4,11 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
 import { loadModel } from '../api/index.js';
 import { startServer } from '../server/server.js';
 import { FaultyReader } from '../store/fault.js';
+import { makeReader } from '../store/direct-reader.js';
 import { FsReader } from '../store/store.js';
 import { UserError } from '../util/errors.js';
 
@@ -49,6 +50,7 @@ ${MODEL_HELP}`,
     if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError('serve: --mla-latent-eps must be reference or config');
     const fault = process.env.K3_FAULT_AFTER_READS;
     const ctx = parseIntFlag('serve', 'ctx', values.ctx, 4096, 1);
+    const io = ioMode('serve', values.io);
     const kimi = await loadModel(dir, {
       memory: values.memory,
       preset: values.preset,
@@ -62,7 +64,11 @@ ${MODEL_HELP}`,
       fastExperts: values['fast-experts'],
       mlaLatentEps: eps,
       kimiLinearBiasedWeights: values['kimi-linear-biased-weights'],
-      reader: fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(new FsReader(), Number(fault)) : undefined,
+      io,
+      lookahead: !values['no-lookahead'],
+      verifyReads: values['verify-reads'],
+      allowNonfinite: values['allow-nonfinite'],
+      reader: fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(makeReader(io, () => new FsReader()), Number(fault)) : undefined,
     });
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;

@@ -27,4 +27,5 @@ export {
   type ToolCall,
 } from './chat.js';
 export { KIMI_PATTERN_SOURCE, splitPieces, referenceChunks } from './pretokenize.js';
+export { checkTokenizerFits } from './fits.js';
 export { demoTokenizerFiles, DEMO_VOCAB_SIZE, DEMO_SPECIALS } from './demo.js';
