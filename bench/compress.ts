@@ -23,6 +23,7 @@ import { Model } from '../src/model/model.js';
 import { packCheckpoint } from '../src/store/pack.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import type { SynthPreset } from '../src/synth/dims.js';
+import { directBandwidth } from './disk.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const { values } = parseArgs({
@@ -144,39 +145,19 @@ function decodeSpeed(runs: Run[], dec: BlockDecoder, minSeconds: number): { raw_
   return { raw_gbps: raw / GB / (t / 1000), stored_gbps: stored / GB / (t / 1000) };
 }
 
-/** Read bandwidth with O_DIRECT (page cache bypassed), 8 MiB reads, 4 in flight, into page-aligned memory. */
-async function directBandwidth(dir: string, bytes: number): Promise<{ gbps: number; direct: boolean; note: string }> {
+/** Read bandwidth with O_DIRECT (bench/disk.ts) of a freshly written probe file of `bytes`. */
+async function probeBandwidth(dir: string, bytes: number): Promise<{ gbps: number; direct: boolean; note: string }> {
   const file = path.join(dir, 'disk-probe.bin');
-  const chunk = 8 * 2 ** 20, inFlight = 4;
   const pattern = new Uint8Array(16 * 2 ** 20).map((_, i) => (i * 2654435761) >>> 24);
   const fdw = fs.openSync(file, 'w');
   for (let off = 0; off < bytes; off += pattern.byteLength) fs.writeSync(fdw, pattern, 0, Math.min(pattern.byteLength, bytes - off), off);
   fs.fsyncSync(fdw);
   fs.closeSync(fdw);
-  // WebAssembly memory is mapped page-aligned: offsets that are multiples of 4096 satisfy O_DIRECT.
-  const mem = new WebAssembly.Memory({ initial: (chunk * inFlight) / 65536 });
-  const bufs = Array.from({ length: inFlight }, (_, i) => new Uint8Array(mem.buffer, i * chunk, chunk));
-  let fd: number, direct = true, note = 'O_DIRECT';
   try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_DIRECT);
-  } catch (e) {
-    fd = fs.openSync(file, 'r');
-    direct = false;
-    note = `O_DIRECT refused (${(e as NodeJS.ErrnoException).code}): buffered reads, page cache may help`;
-  }
-  const read = (b: Uint8Array, pos: number) => new Promise<number>((res, rej) => fs.read(fd, b, 0, b.byteLength, pos, (err, n) => (err ? rej(err) : res(n))));
-  const t0 = performance.now();
-  let done = 0;
-  try {
-    for (let off = 0; off + chunk * inFlight <= bytes; off += chunk * inFlight) {
-      const ns = await Promise.all(bufs.map((b, i) => read(b, off + i * chunk)));
-      done += ns.reduce((s, n) => s + n, 0);
-    }
+    return await directBandwidth([file], bytes);
   } finally {
-    fs.closeSync(fd);
     fs.rmSync(file, { force: true });
   }
-  return { gbps: done / GB / ((performance.now() - t0) / 1000), direct, note };
 }
 
 async function main(): Promise<void> {
@@ -204,7 +185,7 @@ async function main(): Promise<void> {
     const wasm = decodeSpeed(runs, bf16Decoder(), 3);
     const ref = decodeSpeed(runs.slice(0, 1), REF_DECODER, 3);
     log('disk bandwidth (O_DIRECT)');
-    const disk = await directBandwidth(path.dirname(synthDir), Math.round(Number(values['disk-gb']) * GB));
+    const disk = await probeBandwidth(path.dirname(synthDir), Math.round(Number(values['disk-gb']) * GB));
     for (const d of [syn.plain, syn.coded]) fs.rmSync(d, { recursive: true, force: true });
 
     const result = { cpu: os.cpus()[0]?.model ?? '?', ratios, trunk_bytes_per_token_at_floor: perToken, decode_one_thread: { wasm, ref, wasm_over_ref: wasm.raw_gbps / ref.raw_gbps }, disk, decode_over_disk: { raw: wasm.raw_gbps / disk.gbps, stored: wasm.stored_gbps / disk.gbps } };
@@ -225,7 +206,7 @@ async function main(): Promise<void> {
     console.log(`| wasm SIMD | ${wasm.raw_gbps.toFixed(2)} | ${wasm.stored_gbps.toFixed(2)} |`);
     console.log(`| TS reference | ${ref.raw_gbps.toFixed(3)} | ${ref.stored_gbps.toFixed(3)} |`);
     console.log(`| wasm / reference | ${(wasm.raw_gbps / ref.raw_gbps).toFixed(1)}x | |`);
-    console.log(`\ndisk: ${disk.gbps.toFixed(2)} GB/s (${disk.note}, ${values['disk-gb']} GB file, 8 MiB reads, 4 in flight)`);
+    console.log(`\ndisk: ${disk.gbps.toFixed(2)} GB/s (${disk.note}, ${values['disk-gb']} GB file, 32 MiB reads, 8 in flight)`);
     console.log(`decode / disk: ${result.decode_over_disk.stored.toFixed(1)}x (stored bytes in), ${result.decode_over_disk.raw.toFixed(1)}x (bf16 bytes out)`);
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });

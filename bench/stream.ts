@@ -28,11 +28,10 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { Model } from '../src/model/model.js';
-import { FsReader } from '../src/store/store.js';
-import { DirectReader } from '../src/store/direct-reader.js';
 import { indexCheckpointDir } from '../src/checkpoint/dir.js';
 import type { RunSummary } from '../src/generate/report.js';
 import { formatGB } from '../src/util/format.js';
+import { directBandwidth } from './disk.js';
 import { formatSpecTable, specBench } from './spec.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -72,26 +71,7 @@ function dropCaches(): boolean {
  */
 async function diskBandwidth(dir: string): Promise<number> {
   const files = [...new Set([...indexCheckpointDir(dir).values()].map((e) => e.file))].sort();
-  const reader = new DirectReader(new FsReader());
-  const chunk = 32 * 2 ** 20;
-  const window = 8;
-  const mem = new WebAssembly.Memory({ initial: (window * chunk) / 65536 });
-  const jobs: { file: string; off: number }[] = [];
-  const want = 3 * GB;
-  for (const f of files) {
-    const size = fs.statSync(f).size;
-    for (let off = 0; off + chunk <= size && jobs.length * chunk < want; off += chunk) jobs.push({ file: f, off });
-  }
-  const t0 = performance.now();
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: window }, async (_, w) => {
-      const buf = new Uint8Array(mem.buffer, w * chunk, chunk);
-      for (let j = next++; j < jobs.length; j = next++) await reader.read(jobs[j]!.file, jobs[j]!.off, buf);
-    }),
-  );
-  reader.close();
-  return (jobs.length * chunk) / GB / ((performance.now() - t0) / 1000);
+  return (await directBandwidth(files, 3 * GB)).gbps;
 }
 
 interface Cap {
