@@ -77,6 +77,39 @@ test('a follow-up chat turn continues from the held state of the previous turn',
   }
 });
 
+test('generations alone (spec, report) give the batched bytes, even while batched ones run', async () => {
+  const opts = { maxTokens: 8, temperature: 0.8, seed: 3 };
+  const batched = await model.generate('one two three', opts).result;
+  const [spec, report, other] = await Promise.all([
+    model.generate('one two three', { ...opts, spec: 3 }).result,
+    model.generate('one two three', { ...opts, report: true }).result,
+    model.generate('four five', opts).result,
+  ]);
+  assert.deepEqual(spec.ids, batched.ids);
+  assert.deepEqual(report.ids, batched.ids);
+  assert.equal(report.report!.steps.length, batched.ids.length - 1);
+  assert.ok(report.report!.peak_rss_bytes > 0);
+  assert.deepEqual(other.ids, (await model.generate('four five', opts).result).ids);
+});
+
+test('a session keeps its state between turns, as `k3 chat`; save / load / reset', async () => {
+  const s = model.session({ maxTokens: 5 });
+  const t1 = await s.turn('Hi there');
+  const t2 = await s.turn('And again');
+  assert.ok(t2.reused >= t1.promptIds.length && t2.rebuilt === null, s.stats());
+  const file = join(tmp, 'session.state');
+  s.save(file);
+  const s2 = model.session({ maxTokens: 5 });
+  s2.load(file);
+  assert.deepEqual([...s2.history], [...s.history]);
+  const [a, b] = [await s.turn('Third'), await s2.turn('Third')];
+  assert.deepEqual(a.ids, b.ids);
+  s.reset();
+  assert.equal(s.history.length, 0);
+  s.close();
+  s2.close();
+});
+
 test('an AbortSignal stops a generation within a token; the model keeps working', async () => {
   const ac = new AbortController();
   const g = model.generate('abort me', { maxTokens: 200, signal: ac.signal });

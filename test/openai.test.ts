@@ -93,7 +93,7 @@ test('logprobs match `k3 logits` on the same ids', { skip }, async () => {
   const lp = r.choices[0].logprobs;
   const ids = [...prompt];
   for (let step = 0; step < 3; step++) {
-    const want = lastRowByK3Logits(DEMO, ids, tmp);
+    const want = await lastRowByK3Logits(DEMO, ids, tmp);
     assert.ok(Math.abs(lp.token_logprobs[step] - want.logprob) < 1e-9, `step ${step}: ${lp.token_logprobs[step]} vs ${want.logprob}`);
     ids.push(want.id);
   }

@@ -1,7 +1,8 @@
 // Starting `k3 serve` on the demo K3 checkpoint for the server tests (any free port, read from
 // its start line), and small fetch helpers.
 
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { readNpyF32 } from '../src/util/npy.js';
 import { CLI } from './helpers.js';
@@ -65,10 +66,11 @@ export async function sse(res: Response): Promise<{ chunks: any[]; done: boolean
 }
 
 /** `k3 logits` on `ids`: the argmax of the last row and its log-probability (log-softmax in double). */
-export function lastRowByK3Logits(model: string, ids: number[], dir: string): { id: number; logprob: number } {
+export async function lastRowByK3Logits(model: string, ids: number[], dir: string): Promise<{ id: number; logprob: number }> {
   const out = join(dir, `logits-${process.pid}.npy`);
-  const c = spawnSync(process.execPath, [CLI, 'logits', model, '--ids', ids.join(','), '--out', out, '--threads', '1', '--ctx', '512'], { encoding: 'utf8' });
-  if (c.status !== 0) throw new Error(`k3 logits: ${c.stderr}`);
+  // Not spawnSync: a blocked event loop would miss the server closing an idle keep-alive
+  // connection, and the next fetch would go out on the dead socket.
+  await promisify(execFile)(process.execPath, [CLI, 'logits', model, '--ids', ids.join(','), '--out', out, '--threads', '1', '--ctx', '512'], { encoding: 'utf8' });
   const { shape, data } = readNpyF32(out);
   const V = shape[1]!;
   const row = data.subarray((ids.length - 1) * V, ids.length * V);

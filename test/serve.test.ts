@@ -111,7 +111,7 @@ test('logprobs equal those of `k3 logits` on the same ids', async () => {
   const ids = [...prompt];
   // greedy: each generated id is the argmax of the row before it
   for (let step = 0; step < 3; step++) {
-    const want = lastRowByK3Logits(DEMO, ids, tmp);
+    const want = await lastRowByK3Logits(DEMO, ids, tmp);
     assert.ok(Math.abs(lp.token_logprobs[step] - want.logprob) < 1e-9, `step ${step}: ${lp.token_logprobs[step]} vs ${want.logprob}`);
     assert.ok(Object.keys(lp.top_logprobs[step]).length <= 2);
     ids.push(want.id);

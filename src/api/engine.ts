@@ -8,47 +8,13 @@
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
-import { Sampler, type SamplingOptions } from '../generate/sampling.js';
+import { Sampler } from '../generate/sampling.js';
 import { TextStopper, type StopReason } from '../generate/stop.js';
 import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
+import { generateAlone } from './alone.js';
+import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
 import { PrefixCache } from './prefix-cache.js';
-
-export interface TopLogprob {
-  id: number;
-  logprob: number;
-}
-
-/** One generated token. */
-export interface TokenEvent {
-  id: number;
-  /** The text this token makes safe to show (may be '' while a character or stop string is incomplete). */
-  text: string;
-  /** log p(id) under the model's distribution (raw logits, before penalties and temperature), when asked for. */
-  logprob?: number;
-  top?: TopLogprob[];
-}
-
-export interface GenerationResult {
-  /** Generated ids (a stop id included when one ended the reply). */
-  ids: number[];
-  text: string;
-  stopReason: StopReason | 'aborted';
-  promptTokens: number;
-  /** Prompt tokens taken from a held state, not processed again. */
-  cachedTokens: number;
-  timings: { queueSeconds: number; promptSeconds: number; decodeSeconds: number; firstTokenSeconds: number; tokensPerSecond: number };
-}
-
-export interface JobOptions {
-  sampling?: SamplingOptions;
-  maxTokens: number;
-  stopIds: readonly number[];
-  stopStrings?: readonly string[];
-  /** Also report the logprob of each token and this many alternatives (0 = just the token's). */
-  logprobs?: number;
-  signal?: AbortSignal;
-}
 
 interface Job {
   prompt: number[];
@@ -84,6 +50,10 @@ export class Engine {
   private readonly queue: Job[] = [];
   private readonly active: Job[] = [];
   private running = false;
+  /** A generation that runs alone (exclusive) holds the model; the batched loop waits for it and it for the loop. */
+  private held = false;
+  private readonly waiters: Array<() => void> = [];
+  private readonly closing = new AbortController();
   readonly cache: PrefixCache;
   readonly totals = { requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, decodeSeconds: 0 };
 
@@ -106,11 +76,46 @@ export class Engine {
     for (const id of prompt) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UserError(`token id ${id} is out of range (vocabulary ${V})`);
     const sampler = new Sampler(opts.sampling);
     const stopper = new TextStopper(this.tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
+    if ((opts.spec ?? 0) > 0 || opts.report) return this.alone(prompt, opts, onToken);
     return new Promise((done, fail) => {
       const now = performance.now();
       this.queue.push({ prompt, opts, sampler, stopper, onToken, done, fail, state: null, logits: null, cached: 0, t0: now, tStart: now, tFirst: now, tPrompt: now, prefilled: false });
-      if (!this.running) void this.loop();
+      if (!this.running && !this.held) void this.loop();
     });
+  }
+
+  private async alone(prompt: number[], opts: JobOptions, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
+    const t0 = performance.now();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, this.closing.signal]) : this.closing.signal;
+    const r = await this.exclusive(() => generateAlone(this.model, this.tok, prompt, { ...opts, signal }, this.opts.chunk, onToken));
+    r.timings.queueSeconds = (performance.now() - t0) / 1000 - r.timings.promptSeconds - r.timings.decodeSeconds;
+    this.totals.requests++;
+    this.totals.promptTokens += r.promptTokens;
+    this.totals.completionTokens += r.ids.length;
+    this.totals.decodeSeconds += r.timings.decodeSeconds;
+    return r;
+  }
+
+  /**
+   * Run `f` with the model to itself (a generation alone, a chat session's turn): it starts when
+   * the batched loop has drained and no other such call holds the model; requests that come
+   * meanwhile queue and start after it.
+   */
+  async exclusive<T>(f: () => Promise<T>): Promise<T> {
+    while (this.running || this.held) await new Promise<void>((r) => this.waiters.push(r));
+    this.held = true;
+    try {
+      return await f();
+    } finally {
+      this.held = false;
+      this.wakeWaiters();
+    }
+  }
+
+  /** The model is free: calls waiting for it go first (one takes it, the rest wait again), else the queued requests. */
+  private wakeWaiters(): void {
+    if (this.waiters.length > 0) for (const w of this.waiters.splice(0)) w();
+    else if (!this.running && !this.held && this.queue.length > 0) void this.loop();
   }
 
   private async loop(): Promise<void> {
@@ -129,6 +134,7 @@ export class Engine {
       }
     } finally {
       this.running = false;
+      queueMicrotask(() => this.wakeWaiters());
     }
   }
 
@@ -233,22 +239,8 @@ export class Engine {
   /** Wait for the loop to drain, then free the held states. */
   async close(): Promise<void> {
     for (const j of [...this.queue, ...this.active]) if (!j.opts.signal?.aborted) j.opts.signal = AbortSignal.abort();
-    while (this.running) await yieldToEvents();
+    this.closing.abort();
+    while (this.running || this.held) await yieldToEvents();
     this.cache.clear();
   }
-}
-
-/** log-softmax of the raw logits in double, at `id` and for the `k` most likely ids (ties by id). */
-export function logprobsOf(logits: Float32Array, V: number, id: number, k: number): { logprob: number; top: TopLogprob[] } {
-  let max = -Infinity;
-  for (let i = 0; i < V; i++) if (logits[i]! > max) max = logits[i]!;
-  let sum = 0;
-  for (let i = 0; i < V; i++) sum += Math.exp(logits[i]! - max);
-  const lse = max + Math.log(sum);
-  const top: TopLogprob[] = [];
-  if (k > 0) {
-    const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b]! - logits[a]! || a - b);
-    for (const i of order.slice(0, k)) top.push({ id: i, logprob: logits[i]! - lse });
-  }
-  return { logprob: logits[id]! - lse, top };
 }

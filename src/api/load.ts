@@ -1,5 +1,6 @@
-// Opening a model for the library: the same options as the CLI's model flags (src/cli/common.ts
-// openModel), as typed values instead of strings.
+// Opening a model directory: the one place that does it, for the library (`loadModel`, options
+// as typed values) and for every CLI command (src/cli/common.ts turns flags into these options
+// and names them as flags in errors).
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -34,7 +35,7 @@ export interface LoadOptions {
   mlaLatentEps?: 'reference' | 'config';
   /** Kimi Linear: routing weights from the biased scores (HF remote code). */
   kimiLinearBiasedWeights?: boolean;
-  /** How weights are read from the files: 'direct' (O_DIRECT), 'buffered' (default) or 'auto'. */
+  /** How weights are read from the files: 'direct' (O_DIRECT), 'buffered' or 'auto' (default: direct where the filesystem allows it). */
   io?: IoMode;
   /** Guess the next MoE layer's experts and read them early (default true). */
   lookahead?: boolean;
@@ -44,7 +45,22 @@ export interface LoadOptions {
   allowNonfinite?: boolean;
   /** Where weight bytes come from (default: the files, read as `io` says; tests inject read faults here). */
   reader?: ByteReader;
+  /** Progress of reading the resident weights at load: bytes done, bytes in all. */
+  onProgress?: (done: number, total: number) => void;
 }
+
+/** Who opens the model, for error messages: `loadModel` names options as such, a CLI command as flags. */
+export interface Opener {
+  who: string;
+  /** How an option is named in a message (`chunk` -> `--chunk` for the CLI). */
+  name: (option: keyof LoadOptions) => string;
+  /** The tokenizer, when the caller has loaded it already (`k3 run` needs it before the plan's ctx is known). */
+  tok?: Tokenizer | null;
+  /** Sees the model once it is open, before preloading (a fault-injecting reader learns the layout). */
+  onOpen?: (model: Model) => void;
+}
+
+export const LIBRARY: Opener = { who: 'loadModel', name: (o) => o };
 
 export interface Loaded {
   model: Model;
@@ -52,27 +68,37 @@ export interface Loaded {
   chunk: number;
 }
 
-const positiveInt = (name: string, v: number | undefined, def: number): number => {
-  if (v === undefined) return def;
-  if (!Number.isSafeInteger(v) || v < 1) throw new UserError(`loadModel: ${name} must be an integer >= 1, got ${v}`);
-  return v;
-};
+/** The model directory exists and is one (checked first, so a missing folder is named as such). */
+export function checkModelDir(who: string, dir: string): void {
+  if (!fs.existsSync(dir)) throw new UserError(`${who}: model directory ${dir} does not exist`);
+  if (!fs.statSync(dir).isDirectory()) throw new UserError(`${who}: ${dir} is not a directory`);
+}
 
-export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
-  if (!fs.existsSync(dir)) throw new UserError(`loadModel: model directory ${dir} does not exist`);
-  if (!fs.statSync(dir).isDirectory()) throw new UserError(`loadModel: ${dir} is not a directory`);
+export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIBRARY): Promise<Loaded> {
+  const fail = (msg: string): never => {
+    throw new UserError(`${by.who}: ${msg}`);
+  };
+  const positiveInt = (name: 'chunk' | 'ctx' | 'threads', def: number): number => {
+    const v = o[name];
+    if (v === undefined) return def;
+    if (!Number.isSafeInteger(v) || v < 1) fail(`${by.name(name)} must be an integer >= 1, got ${v}`);
+    return v;
+  };
+  checkModelDir(by.who, dir);
   const kernels = o.kernels ?? 'wasm';
-  if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError('loadModel: kernels must be wasm or ref');
-  const chunk = positiveInt('chunk', o.chunk, 64);
-  const ctx = positiveInt('ctx', o.ctx, 4096);
-  const threads = positiveInt('threads', o.threads, os.availableParallelism());
-  const memory = typeof o.memory === 'number' ? String(o.memory) : o.memory;
-  const tokDir = o.tokenizer ?? dir;
-  const tok = fs.existsSync(`${tokDir}/tiktoken.model`) ? await loadTokenizer(tokDir) : null;
-  if (!tok && o.tokenizer !== undefined) throw new UserError(`loadModel: no tiktoken.model in ${tokDir}`);
+  if (kernels !== 'wasm' && kernels !== 'ref') fail(`${by.name('kernels')} must be wasm or ref`);
+  const chunk = positiveInt('chunk', 64);
+  const ctx = positiveInt('ctx', 4096);
+  const threads = positiveInt('threads', os.availableParallelism());
   const eps = o.mlaLatentEps ?? 'reference';
-  if (eps !== 'reference' && eps !== 'config') throw new UserError('loadModel: mlaLatentEps must be reference or config');
-  if (o.fastExperts && kernels === 'ref') throw new UserError('loadModel: fastExperts needs the WebAssembly kernels');
+  if (eps !== 'reference' && eps !== 'config') fail(`${by.name('mlaLatentEps')} must be reference or config`);
+  if (o.fastExperts && kernels === 'ref') fail(`${by.name('fastExperts')} needs the WebAssembly kernels (${by.name('kernels')} wasm)`);
+  const tokDir = o.tokenizer ?? dir;
+  let tok = by.tok;
+  if (tok === undefined) {
+    tok = fs.existsSync(`${tokDir}/tiktoken.model`) ? await loadTokenizer(tokDir) : null;
+    if (!tok && o.tokenizer !== undefined) fail(`no tiktoken.model in ${tokDir}`);
+  }
   const opts = {
     overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
     chunk,
@@ -81,13 +107,14 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
     io: o.io,
     lookahead: o.lookahead ?? true,
     verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
-    budget: { memory, preset: o.preset },
+    budget: { memory: typeof o.memory === 'number' ? String(o.memory) : o.memory, preset: o.preset },
   };
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false });
   model.checkFinite = !o.allowNonfinite;
   try {
-    if (tok) checkTokenizerFits('loadModel', tok, tokDir, model.config.vocabSize);
-    if (o.preload ?? true) await model.store.preload();
+    if (tok) checkTokenizerFits(by.who, tok, tokDir, model.config.vocabSize);
+    by.onOpen?.(model);
+    if (o.preload ?? true) await model.store.preload(o.onProgress);
   } catch (e) {
     await model.close();
     throw e;

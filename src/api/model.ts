@@ -8,9 +8,12 @@ import type { SamplingOptions } from '../generate/sampling.js';
 import { usableStopIds } from '../generate/stop.js';
 import { renderChat, stopTokenIds, type ChatMessage, type Tokenizer, type TokenizerFamily } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
-import { Engine, type GenerationResult, type TokenEvent } from './engine.js';
-import { openForApi, type LoadOptions } from './load.js';
+import { Engine } from './engine.js';
+import type { GenerationResult, TokenEvent } from './events.js';
+import { ChatSession } from '../generate/session.js';
+import { LIBRARY, openModelDir, type LoadOptions, type Opener } from './load.js';
 import { assistantMessage, type AssistantMessage } from './reply.js';
+import { KimiChatSession, type SessionOptions } from './session.js';
 
 export interface GenerateOptions extends SamplingOptions {
   /** Most tokens to generate (default 256). */
@@ -22,6 +25,11 @@ export interface GenerateOptions extends SamplingOptions {
   /** Report each token's logprob and this many alternatives. */
   logprobs?: number;
   signal?: AbortSignal;
+  /** Speculative decoding: draft up to N tokens per step by n-gram lookup in the text so far, verify
+   *  them in one forward (greedy output is the same bytes; sampled keeps its distribution). Runs alone. */
+  spec?: number;
+  /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs alone. */
+  report?: boolean;
 }
 
 export interface ChatOptions extends GenerateOptions {
@@ -149,7 +157,15 @@ export class KimiModel {
     const maxTokens = o.maxTokens ?? 256;
     if (!Number.isSafeInteger(maxTokens) || maxTokens < 1) throw new UserError(`maxTokens must be an integer >= 1, got ${maxTokens}`);
     if ((o.stop?.length ?? 0) > 0) this.needTok('stop strings');
-    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal };
+    const spec = o.spec ?? 0;
+    if (!Number.isSafeInteger(spec) || spec < 0) throw new UserError(`spec must be an integer >= 0, got ${spec}`);
+    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal, spec, report: o.report };
+  }
+
+  /** A conversation that keeps its state between turns (save / load / reset), as `k3 chat`. */
+  session(opts: Omit<SessionOptions, 'chunk'> = {}): KimiChatSession {
+    this.live();
+    return new KimiChatSession(new ChatSession(this.model, this.needTok('session'), { ...opts, chunk: this.engine.opts.chunk }), this.engine);
   }
 
   /** Stop every generation, free the held states, the weights and the kernel threads. */
@@ -163,9 +179,16 @@ export class KimiModel {
 
 /** Load a model directory (a checkpoint or a `k3 pack` output) with the CLI's model options. */
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<KimiModel> {
-  const { model, tok, chunk } = await openForApi(dir, opts);
-  const p = model.store.plan;
+  return loadModelAs(dir, opts, LIBRARY);
+}
+
+/** `loadModel` for a caller that names the options its own way in errors (the CLI: as flags). */
+export async function loadModelAs(dir: string, opts: LoadOptions, by: Opener): Promise<KimiModel> {
   const parallel = opts.parallel ?? 4;
+  if (!Number.isSafeInteger(parallel) || parallel < 1) throw new UserError(`${by.who}: ${by.name('parallel')} must be an integer >= 1, got ${parallel}`);
+  const { model, tok, chunk } = await openModelDir(dir, opts, by);
+  const p = model.store.plan;
+
   // Held prefix states count against --memory: the plan's one sequence state, plus what the
   // budget leaves over the plan once the `parallel` running sequences have their states.
   const perState = p.kdaStateBytes + p.mlaCacheBytes;

@@ -9,11 +9,11 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
-import { ChatSession, type AbortFlag } from '../generate/session.js';
+import { loadModelAs, type KimiModel } from '../api/model.js';
+import type { KimiChatSession } from '../api/session.js';
 import { Sampler } from '../generate/sampling.js';
-import { checkTokenizerFits, loadTokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 const COMMANDS_HELP = `commands:
@@ -54,17 +54,21 @@ ${MODEL_HELP}`,
     new Sampler(sampling); // check the ranges before loading anything
     checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
-    if (!fs.existsSync(path.join(tokDir, 'tiktoken.model')) && fs.existsSync(dir)) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
-    const { model, chunk } = await openModel('chat', dir, values);
+    if (!fs.existsSync(path.join(tokDir, 'tiktoken.model'))) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
+    const open = cliOpener('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir, parallel: 1 });
+    let kimi: KimiModel;
     try {
-      const tok = checkTokenizerFits('chat', await loadTokenizer(tokDir), tokDir, model.config.vocabSize);
-      const session = new ChatSession(model, tok, {
+      kimi = await loadModelAs(dir, open.opts, open.by);
+    } finally {
+      open.end();
+    }
+    try {
+      const session = kimi.session({
         system: values.system,
         sampling,
         maxTokens,
         stopStrings: values.stop ?? [],
         ignoreEos: values['ignore-eos'] ?? false,
-        chunk,
         thinking: values.thinking ?? false,
         spec,
       });
@@ -74,12 +78,12 @@ ${MODEL_HELP}`,
       }
       return await repl(session);
     } finally {
-      await model.close();
+      await kimi.close();
     }
   },
 };
 
-async function repl(session: ChatSession): Promise<number> {
+async function repl(session: KimiChatSession): Promise<number> {
   const interactive = process.stdin.isTTY === true && process.stdout.isTTY === true;
   const rl = readline.createInterface({ input: process.stdin, output: interactive ? process.stdout : undefined, terminal: interactive });
   const lines: string[] = [];
@@ -99,10 +103,10 @@ async function repl(session: ChatSession): Promise<number> {
     ended = true;
     poke();
   });
-  let generating: AbortFlag | null = null;
+  let generating: AbortController | null = null;
   const onSigint = (): void => {
     if (generating) {
-      generating.aborted = true;
+      generating.abort();
       return;
     }
     ended = true;
@@ -143,10 +147,10 @@ async function repl(session: ChatSession): Promise<number> {
         }
         continue;
       }
-      const abort: AbortFlag = { aborted: false };
+      const abort = new AbortController();
       generating = abort;
       try {
-        const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), abort });
+        const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), signal: abort.signal });
         process.stdout.write('\n');
         if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
         if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
@@ -162,7 +166,7 @@ async function repl(session: ChatSession): Promise<number> {
   return exitCode;
 }
 
-function slashCommand(session: ChatSession, cmd: string, arg: string): void {
+function slashCommand(session: KimiChatSession, cmd: string, arg: string): void {
   const needFile = (): string => {
     if (!arg) throw new UserError(`${cmd} needs a file name`);
     return arg;

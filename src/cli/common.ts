@@ -1,12 +1,12 @@
 // Flags every model-running command shares, and opening the model they name.
 
-import * as fs from 'node:fs';
 import * as os from 'node:os';
-import type { ConfigOverrides } from '../checkpoint/config.js';
-import { Model } from '../model/model.js';
+import { checkModelDir, openModelDir, type LoadOptions, type Opener } from '../api/load.js';
+import type { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
 import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
-import { FsReader } from '../store/store.js';
+import { FsReader, type ByteReader } from '../store/store.js';
+import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
@@ -82,42 +82,63 @@ export function ioMode(cmd: string, flag: string | undefined): IoMode {
   return io as IoMode;
 }
 
-/** The model directory exists and is one (checked first, so a missing folder is named as such). */
-export function checkModelDir(cmd: string, dir: string): void {
-  if (!fs.existsSync(dir)) throw new UserError(`${cmd}: model directory ${dir} does not exist`);
-  if (!fs.statSync(dir).isDirectory()) throw new UserError(`${cmd}: ${dir} is not a directory`);
-}
+export { checkModelDir };
 
-export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
-  checkModelDir(cmd, dir);
+/** LoadOptions names -> the flags that set them, for error messages. */
+const FLAG_OF: Partial<Record<keyof LoadOptions, string>> = { mlaLatentEps: 'mla-latent-eps', fastExperts: 'fast-experts', kimiLinearBiasedWeights: 'kimi-linear-biased-weights', tokenizer: 'tok' };
+
+/** Flags -> the library's load options (numbers parsed, names checked; the rest is checked where the model is opened). */
+export function loadOptionsFromFlags(cmd: string, flags: ModelFlags): LoadOptions {
   const eps = flags['mla-latent-eps'];
   if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError(`${cmd}: --mla-latent-eps must be reference or config`);
-  const overrides: ConfigOverrides = { mlaLatentNormEps: eps ?? 'reference', kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false };
-  const chunk = parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1);
-  const ctx = parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1);
+  const kernels = flags.kernels;
+  if (kernels !== undefined && kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
+  return {
+    memory: flags.memory,
+    preset: flags.preset,
+    ctx: parseIntFlag(cmd, 'ctx', flags.ctx, 4096, 1),
+    chunk: parseIntFlag(cmd, 'chunk', flags.chunk, 64, 1),
+    threads: parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1),
+    kernels,
+    preload: !flags['no-preload'],
+    fastExperts: flags['fast-experts'] ?? false,
+    mlaLatentEps: eps,
+    kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false,
+    io: ioMode(cmd, flags.io),
+    lookahead: !flags['no-lookahead'],
+    verifyReads: flags['verify-reads'] ?? false,
+    allowNonfinite: flags['allow-nonfinite'] ?? false,
+  };
+}
+
+/**
+ * How a CLI command opens a model: options named as flags in errors, the fault-injecting reader
+ * of the tests (env K3_FAULT_AFTER_READS=N or K3_FAULT=spec, store/fault.ts) when one is set, and
+ * on a terminal a progress line for the resident weights (a big model takes a while).
+ */
+export function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): { opts: LoadOptions; by: Opener; end: () => void } {
   const fault = process.env.K3_FAULT_AFTER_READS;
   const spec = process.env.K3_FAULT;
-  const base = makeReader(ioMode(cmd, flags.io), () => new FsReader());
-  const faulty = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base, Number(fault)) : spec ? new FaultyReader(base, parseFaultSpec(spec)) : undefined;
-  const reader = faulty ? new RetryingReader(faulty) : base;
-  const kernels = flags.kernels ?? 'wasm';
-  if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError(`${cmd}: --kernels must be wasm or ref`);
-  const threads = parseIntFlag(cmd, 'threads', flags.threads, os.availableParallelism(), 1);
-  const verifyReads = flags['verify-reads'] ? ('every' as const) : ('first' as const);
-  const opts = { overrides, chunk, ctx, reader, verifyReads, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
-  const fastExperts = flags['fast-experts'] ?? false;
-  if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
-  model.checkFinite = !flags['allow-nonfinite'];
-  faulty?.classifyBy(model.store.layout, model.config);
-  if (!flags['no-preload']) {
-    // On a terminal: what is being read, how much, how long (a big model takes a while).
-    const line = progressLine((done, total, s) => `${cmd}: loading ${dir}: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / Math.max(total, 1))}%), ${s.toFixed(1)} s`, { intervalMs: 250 });
-    try {
-      await model.store.preload(line.update);
-    } finally {
-      line.end();
-    }
+  const base = (): ByteReader => makeReader(opts.io ?? 'auto', () => new FsReader());
+  const faulty = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base(), Number(fault)) : spec ? new FaultyReader(base(), parseFaultSpec(spec)) : undefined;
+  const line = progressLine((done, total, s) => `${cmd}: loading ${dir}: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / Math.max(total, 1))}%), ${s.toFixed(1)} s`, { intervalMs: 250 });
+  const by: Opener = {
+    who: cmd,
+    name: (o) => `--${FLAG_OF[o] ?? o}`,
+    tok,
+    onOpen: (model) => faulty?.classifyBy(model.store.layout, model.config),
+  };
+  return { opts: { ...opts, reader: faulty ? new RetryingReader(faulty) : opts.reader, onProgress: line.update }, by, end: () => line.end() };
+}
+
+/** Open the model a command names, as the library does (src/api/load.ts). */
+export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
+  checkModelDir(cmd, dir);
+  const o = cliOpener(cmd, dir, loadOptionsFromFlags(cmd, flags), null);
+  try {
+    const { model, chunk } = await openModelDir(dir, o.opts, o.by);
+    return { model, chunk };
+  } finally {
+    o.end();
   }
-  return { model, chunk };
 }

@@ -2,17 +2,13 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, openModel } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
 import { stopOnSignals } from './signals.js';
+import { loadModelAs, type KimiModel } from '../api/model.js';
 import { loadConfig } from '../checkpoint/config.js';
-import { greedy } from '../generate/greedy.js';
-import { NgramDrafter } from '../generate/draft.js';
-import { speculative } from '../generate/spec.js';
-import { acceptDraft } from '../generate/spec-sample.js';
-import { RunRecorder, formatSummary } from '../generate/report.js';
+import { formatSummary } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
-import { TextStopper, usableStopIds } from '../generate/stop.js';
-import { checkTokenizerFits, loadTokenizer, renderChat, stopTokenIds, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
+import { checkTokenizerFits, loadTokenizer, renderChat, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
 /** Sampling flags shared by `k3 run` and `k3 chat`. */
@@ -168,44 +164,37 @@ ${MODEL_HELP}`,
     if (ids.length >= ctx) throw new UserError(`run: the prompt is ${ids.length} tokens; --ctx ${ctx} leaves no room to generate (raise --ctx)`);
     const room = ctx - ids.length;
     const interrupt = stopOnSignals('run');
-    const { model, chunk } = await openModel('run', dir, { ...values, ctx: String(ctx) });
+    const open = cliOpener('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok, parallel: 1 }, tok);
+    let kimi: KimiModel;
     try {
-      const cfg = model.config;
+      kimi = await loadModelAs(dir, open.opts, open.by);
+    } finally {
+      open.end();
+    }
+    try {
       interrupt.throwIfAborted();
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];
-      const stopIds = !stopAtEos ? [] : tok ? usableStopIds(tok, stopTokenIds(tok, cfg.eosTokenIds), cfg.vocabSize) : cfg.eosTokenIds;
-      const stopper = new TextStopper(tok, { stopIds, stopStrings, maxTokens: Math.min(gen, room) });
-      const rec = new RunRecorder(model.store);
-      const V = cfg.vocabSize;
-      const history = (generated: readonly number[]): number[] => (sampler.opts.repetitionPenalty === 1 && sampler.opts.presencePenalty === 0 && sampler.opts.frequencyPenalty === 0 ? [] : [...ids, ...generated]);
       const show = values.printable && tok ? printable(tok) : (s: string) => s;
-      const generate = spec > 0 ? speculative : greedy;
-      const r = await generate(model, model.newState(), ids, Math.min(gen, room), {
-        spec,
-        drafter: new NgramDrafter(),
-        accept: (logits, draft, generated) => acceptDraft(sampler, logits, draft, history(generated), V),
-        chunk,
-        recorder: rec,
-        pick: (logits, generated) => sampler.sample(logits, history(generated), V),
-        onToken: (id) => {
-          const { text: t, stop } = stopper.push(id);
-          if (!values.json) process.stdout.write(tok ? show(t) : `${id} `);
-          return stop || interrupt.aborted;
-        },
-      });
-      const rest = stopper.finish(interrupt.aborted ? 'interrupted' : undefined);
-      const reason = stopper.reason === 'max_tokens' && room < gen && r.generated.length >= room ? 'context' : stopper.reason;
-      const sum = rec.summary();
+      let printed = 0;
+      const g = kimi.generate(ids, { ...sampler.opts, maxTokens: Math.min(gen, room), stop: stopStrings, ignoreEos: !stopAtEos, spec, report: true, signal: interrupt });
+      for await (const ev of g) {
+        if (values.json) continue;
+        process.stdout.write(tok ? show(ev.text) : `${ev.id} `);
+        printed += ev.text.length;
+      }
+      const r = await g.result;
+      const reason = r.stopReason === 'aborted' ? 'interrupted' : r.stopReason === 'max_tokens' && room < gen && r.ids.length >= room ? 'context' : r.stopReason;
+      const sum = r.report!;
       if (values.json) {
-        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.generated, ...(tok ? { text: stopper.text } : {}), stop_reason: reason, architecture: cfg.arch, ctx, ...sum }));
+        console.log(JSON.stringify({ prompt_ids: ids, generated_ids: r.ids, ...(tok ? { text: r.text } : {}), stop_reason: reason, architecture: kimi.architecture, ctx, ...sum }));
       } else {
-        process.stdout.write(show(rest) + '\n');
-        if (reason === 'context') process.stderr.write(`[stopped: the context of ${ctx} tokens is full (prompt ${ids.length} + ${r.generated.length} generated); raise --ctx for more]\n`);
+        process.stdout.write(show(r.text.slice(printed)) + '\n');
+        if (reason === 'context') process.stderr.write(`[stopped: the context of ${ctx} tokens is full (prompt ${ids.length} + ${r.ids.length} generated); raise --ctx for more]\n`);
         if (reason === 'interrupted') process.stderr.write('[interrupted]\n');
         process.stderr.write(formatSummary(sum) + '\n');
       }
     } finally {
-      await model.close();
+      await kimi.close();
     }
     return interrupt.aborted ? 130 : 0;
   },

@@ -1,15 +1,11 @@
 // `k3 serve MODEL`: the OpenAI-compatible server (src/server) over the library's model (src/api).
 
-import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
-import { loadModel } from '../api/index.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
+import { loadModelAs } from '../api/model.js';
 import { startServer } from '../server/server.js';
-import { FaultyReader } from '../store/fault.js';
-import { makeReader } from '../store/direct-reader.js';
-import { FsReader } from '../store/store.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
@@ -44,32 +40,15 @@ ${MODEL_HELP}`,
     const parallel = parseIntFlag('serve', 'parallel', values.parallel, 4, 1);
     const maxQueue = parseIntFlag('serve', 'queue', values.queue, 64, 0);
     const bodyLimit = parseIntFlag('serve', 'body-limit', values['body-limit'], 4 << 20, 1);
-    const kernels = values.kernels ?? 'wasm';
-    if (kernels !== 'wasm' && kernels !== 'ref') throw new UserError('serve: --kernels must be wasm or ref');
-    const eps = values['mla-latent-eps'];
-    if (eps !== undefined && eps !== 'reference' && eps !== 'config') throw new UserError('serve: --mla-latent-eps must be reference or config');
-    const fault = process.env.K3_FAULT_AFTER_READS;
-    const ctx = parseIntFlag('serve', 'ctx', values.ctx, 4096, 1);
-    const io = ioMode('serve', values.io);
-    const kimi = await loadModel(dir, {
-      memory: values.memory,
-      preset: values.preset,
-      ctx,
-      chunk: parseIntFlag('serve', 'chunk', values.chunk, 64, 1),
-      threads: parseIntFlag('serve', 'threads', values.threads, os.availableParallelism(), 1),
-      kernels,
-      preload: !values['no-preload'],
-      tokenizer: values.tok,
-      parallel,
-      fastExperts: values['fast-experts'],
-      mlaLatentEps: eps,
-      kimiLinearBiasedWeights: values['kimi-linear-biased-weights'],
-      io,
-      lookahead: !values['no-lookahead'],
-      verifyReads: values['verify-reads'],
-      allowNonfinite: values['allow-nonfinite'],
-      reader: fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(makeReader(io, () => new FsReader()), Number(fault)) : undefined,
-    });
+    checkModelDir('serve', dir);
+    const open = cliOpener('serve', dir, { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel });
+    let kimi;
+    try {
+      kimi = await loadModelAs(dir, open.opts, open.by);
+    } finally {
+      open.end();
+    }
+    const ctx = open.opts.ctx!;
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;
     try {

@@ -223,6 +223,11 @@ export class ChatSession {
     this.note = 'reset';
   }
 
+  /** Give the state's memory back (the session is not used after). */
+  close(): void {
+    this.model.release(this.state);
+  }
+
   /** The state is consistent with the conversation (its tokens are a prefix of history). */
   get consistent(): boolean {
     const have = this.state.tokens;

@@ -1,0 +1,78 @@
+// A generation run alone rather than in the batched loop: speculative decoding (its sweeps are
+// multi-token forwards of one sequence) and the run report (the store's read counters must count
+// this generation only). Same sampling, stop rules and events as the batched loop, so greedy and
+// seeded output are the same bytes either way (docs/NUMERICS.md); it starts from an empty state
+// and leaves nothing in the prefix cache.
+
+import type { Model } from '../model/model.js';
+import { NgramDrafter } from '../generate/draft.js';
+import { greedy } from '../generate/greedy.js';
+import { RunRecorder } from '../generate/report.js';
+import { Sampler } from '../generate/sampling.js';
+import { speculative } from '../generate/spec.js';
+import { acceptDraft } from '../generate/spec-sample.js';
+import { TextStopper } from '../generate/stop.js';
+import type { Tokenizer } from '../tokenizer/index.js';
+import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
+
+export async function generateAlone(model: Model, tok: Tokenizer | null, prompt: number[], opts: JobOptions, chunk: number, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
+  const V = model.config.vocabSize;
+  const sampler = new Sampler(opts.sampling);
+  const stopper = new TextStopper(tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
+  const s = sampler.opts;
+  const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
+  const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);
+  const recorder = opts.report ? new RunRecorder(model.store) : undefined;
+  // The logits a chosen id came from, for its logprobs (pick / accept run just before onToken).
+  let chosenFrom: Float32Array | null = null;
+  const t0 = performance.now();
+  let tFirst = t0;
+  const state = model.newState();
+  try {
+    const spec = opts.spec ?? 0;
+    const r = await (spec > 0 ? speculative : greedy)(model, state, prompt, opts.maxTokens, {
+      spec,
+      drafter: new NgramDrafter(),
+      chunk,
+      recorder,
+      pick: (logits, generated) => {
+        chosenFrom = logits;
+        return sampler.sample(logits, history(generated), V);
+      },
+      accept: (logits, draft, generated) => {
+        chosenFrom = logits;
+        return acceptDraft(sampler, logits, draft, history(generated), V);
+      },
+      onToken: (id) => {
+        if (stopper.ids.length === 0) tFirst = performance.now();
+        const { text, stop } = stopper.push(id);
+        const ev: TokenEvent = { id, text };
+        if (opts.logprobs !== undefined && chosenFrom) Object.assign(ev, logprobsOf(chosenFrom, V, id, opts.logprobs));
+        onToken(ev);
+        return stop || opts.signal?.aborted === true;
+      },
+    });
+    const aborted = opts.signal?.aborted === true && !stopper.stopped;
+    if (aborted) stopper.finish('interrupted');
+    else stopper.finish();
+    const decodeSeconds = r.stepSeconds.reduce((a, b) => a + b, 0);
+    const n = stopper.ids.length;
+    return {
+      ids: [...stopper.ids],
+      text: stopper.text,
+      stopReason: aborted ? 'aborted' : stopper.reason!,
+      promptTokens: prompt.length,
+      cachedTokens: 0,
+      timings: {
+        queueSeconds: 0,
+        promptSeconds: r.prefillSeconds,
+        decodeSeconds,
+        firstTokenSeconds: (tFirst - t0) / 1000,
+        tokensPerSecond: decodeSeconds > 0 && n > 1 ? (n - 1) / decodeSeconds : 0,
+      },
+      ...(recorder ? { report: recorder.summary() } : {}),
+    };
+  } finally {
+    model.release(state);
+  }
+}
