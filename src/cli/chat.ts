@@ -9,9 +9,8 @@ import * as path from 'node:path';
 import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
-import { loadModelAs, type KimiModel } from '../api/model.js';
 import type { KimiChatSession } from '../api/session.js';
 import { Sampler } from '../generate/sampling.js';
 import { UserError } from '../util/errors.js';
@@ -55,13 +54,7 @@ ${MODEL_HELP}`,
     checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model'))) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
-    const open = cliOpener('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir, parallel: 1 });
-    let kimi: KimiModel;
-    try {
-      kimi = await loadModelAs(dir, open.opts, open.by);
-    } finally {
-      open.end();
-    }
+    const kimi = await loadForCommand('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir, parallel: 1 });
     try {
       const session = kimi.session({
         system: values.system,

@@ -2,6 +2,7 @@
 
 import * as os from 'node:os';
 import { checkModelDir, openModelDir, type LoadOptions, type Opener } from '../api/load.js';
+import { loadModelAs, type KimiModel } from '../api/model.js';
 import type { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
 import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
@@ -116,7 +117,7 @@ export function loadOptionsFromFlags(cmd: string, flags: ModelFlags): LoadOption
  * of the tests (env K3_FAULT_AFTER_READS=N or K3_FAULT=spec, store/fault.ts) when one is set, and
  * on a terminal a progress line for the resident weights (a big model takes a while).
  */
-export function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): { opts: LoadOptions; by: Opener; end: () => void } {
+function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): { opts: LoadOptions; by: Opener; end: () => void } {
   const fault = process.env.K3_FAULT_AFTER_READS;
   const spec = process.env.K3_FAULT;
   const base = (): ByteReader => makeReader(opts.io ?? 'auto', () => new FsReader());
@@ -129,6 +130,16 @@ export function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tok
     onOpen: (model) => faulty?.classifyBy(model.store.layout, model.config),
   };
   return { opts: { ...opts, reader: faulty ? new RetryingReader(faulty) : opts.reader, onProgress: line.update }, by, end: () => line.end() };
+}
+
+/** The library's model for a command (k3 run, chat, serve), opened as `cliOpener` says. */
+export async function loadForCommand(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): Promise<KimiModel> {
+  const o = cliOpener(cmd, dir, opts, tok);
+  try {
+    return await loadModelAs(dir, o.opts, o.by);
+  } finally {
+    o.end();
+  }
 }
 
 /** Open the model a command names, as the library does (src/api/load.ts). */

@@ -2,9 +2,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { stopOnSignals } from './signals.js';
-import { loadModelAs, type KimiModel } from '../api/model.js';
 import { loadConfig } from '../checkpoint/config.js';
 import { formatSummary } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
@@ -164,13 +163,7 @@ ${MODEL_HELP}`,
     if (ids.length >= ctx) throw new UserError(`run: the prompt is ${ids.length} tokens; --ctx ${ctx} leaves no room to generate (raise --ctx)`);
     const room = ctx - ids.length;
     const interrupt = stopOnSignals('run');
-    const open = cliOpener('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok, parallel: 1 }, tok);
-    let kimi: KimiModel;
-    try {
-      kimi = await loadModelAs(dir, open.opts, open.by);
-    } finally {
-      open.end();
-    }
+    const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok, parallel: 1 }, tok);
     try {
       interrupt.throwIfAborted();
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];

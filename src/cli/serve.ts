@@ -3,8 +3,7 @@
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, cliOpener, loadOptionsFromFlags } from './common.js';
-import { loadModelAs } from '../api/model.js';
+import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { startServer } from '../server/server.js';
 import { UserError } from '../util/errors.js';
 
@@ -41,14 +40,9 @@ ${MODEL_HELP}`,
     const maxQueue = parseIntFlag('serve', 'queue', values.queue, 64, 0);
     const bodyLimit = parseIntFlag('serve', 'body-limit', values['body-limit'], 4 << 20, 1);
     checkModelDir('serve', dir);
-    const open = cliOpener('serve', dir, { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel });
-    let kimi;
-    try {
-      kimi = await loadModelAs(dir, open.opts, open.by);
-    } finally {
-      open.end();
-    }
-    const ctx = open.opts.ctx!;
+    const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel };
+    const kimi = await loadForCommand('serve', dir, opts);
+    const ctx = opts.ctx!;
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;
     try {
