@@ -77,6 +77,7 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
     overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
     chunk,
     ctx,
+    parallel: positiveInt('parallel', o.parallel, 4), // their states count in the plan
     reader: o.reader,
     io: o.io,
     lookahead: o.lookahead ?? true,

@@ -166,10 +166,10 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Ki
   const { model, tok, chunk } = await openForApi(dir, opts);
   const p = model.store.plan;
   const parallel = opts.parallel ?? 4;
-  // Held prefix states count against --memory: the plan's one sequence state, plus what the
-  // budget leaves over the plan once the `parallel` running sequences have their states.
+  // Held prefix states count against --memory: the plan counts the `parallel` running
+  // sequences and one held state (Plan.engineBytes); more when the budget leaves room.
   const perState = p.kdaStateBytes + p.mlaCacheBytes;
-  const cacheBytes = perState + Math.max(0, p.budgetBytes - p.totalBytes - parallel * perState);
+  const cacheBytes = perState + Math.max(0, p.budgetBytes - p.totalBytes);
   const engine = new Engine(model, tok, { parallel, chunk, cacheBytes });
   return new KimiModel(model, tok, engine);
 }
