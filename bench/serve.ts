@@ -3,6 +3,8 @@
 // Reports throughput (generated tokens/s over the wall time), p50 / p99 time to first token, the
 // server's peak RSS against --memory, failures other than the deliberate disconnects, /health
 // afterwards, and whether every completed reply equals its solo run (same seed: same bytes).
+// Each request bans the model's stop ids with logit_bias -100, so that every reply runs to
+// --tokens (a trained model such as models-shipped/demo-k3-trained otherwise ends at once).
 // Plain fetch (no autocannon: it does not read SSE streams per request); the server is a child
 // process, so its RSS is its own.
 //
@@ -17,7 +19,7 @@ import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { synthCheckpoint } from '../src/synth/synth.js';
-import { demoTokenizerFiles } from '../src/tokenizer/index.js';
+import { demoTokenizerFiles, loadTokenizer, stopTokenIds } from '../src/tokenizer/index.js';
 import { parseSize } from '../src/store/plan.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -30,7 +32,7 @@ interface Outcome {
   disconnected: boolean;
 }
 
-async function streamOne(url: string, i: number, tokens: number, disconnectAfter: number | null): Promise<Outcome> {
+async function streamOne(url: string, i: number, tokens: number, disconnectAfter: number | null, bias: Record<string, number>): Promise<Outcome> {
   const t0 = performance.now();
   const ac = new AbortController();
   const out: Outcome = { text: '', tokens: 0, ttft: NaN, ok: false, disconnected: false };
@@ -39,7 +41,7 @@ async function streamOne(url: string, i: number, tokens: number, disconnectAfter
       method: 'POST',
       signal: ac.signal,
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: `Request number ${i}: tell me something.` }], max_tokens: tokens, temperature: 0.8, seed: i, stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({ messages: [{ role: 'user', content: `Request number ${i}: tell me something.` }], max_tokens: tokens, temperature: 0.8, seed: i, logit_bias: bias, stream: true, stream_options: { include_usage: true } }),
     });
     if (!res.ok) return out;
     const dec = new TextDecoder();
@@ -88,6 +90,8 @@ async function main(): Promise<void> {
   const { values } = parseArgs({ options: { model: { type: 'string' }, clients: { type: 'string' }, tokens: { type: 'string' }, parallel: { type: 'string' }, memory: { type: 'string' }, threads: { type: 'string' }, json: { type: 'boolean' } } });
   const model = values.model ?? path.join(ROOT, 'models', 'demo-k3');
   if (!fs.existsSync(path.join(model, 'config.json'))) await synthCheckpoint({ arch: 'k3', preset: 'demo', out: model, extraFiles: demoTokenizerFiles() });
+  const cfg = JSON.parse(fs.readFileSync(path.join(model, 'config.json'), 'utf8')) as { eos_token_id?: number | number[]; text_config?: { eos_token_id?: number | number[] } };
+  const bias = Object.fromEntries(stopTokenIds(await loadTokenizer(model), cfg.eos_token_id ?? cfg.text_config?.eos_token_id).map((id) => [String(id), -100]));
   const clients = Number(values.clients ?? 32);
   const tokens = Number(values.tokens ?? 32);
   const memory = values.memory ?? '2G';
@@ -110,7 +114,7 @@ async function main(): Promise<void> {
   const t0 = performance.now();
   const solo: Outcome[] = [];
   try {
-    for (let i = 0; i < clients; i++) solo.push(await streamOne(first.url, i, tokens, null));
+    for (let i = 0; i < clients; i++) solo.push(await streamOne(first.url, i, tokens, null, bias));
   } finally {
     await first.stop();
   }
@@ -119,7 +123,7 @@ async function main(): Promise<void> {
   try {
     // together: every client at once, every fourth disconnecting after a few tokens
     const t1 = performance.now();
-    const together = await Promise.all(Array.from({ length: clients }, (_, i) => streamOne(url, i, tokens, i % 4 === 3 ? Math.max(1, tokens >> 3) : null)));
+    const together = await Promise.all(Array.from({ length: clients }, (_, i) => streamOne(url, i, tokens, i % 4 === 3 ? Math.max(1, tokens >> 3) : null, bias)));
     const wall = (performance.now() - t1) / 1000;
     const health = (await fetch(`${url}/health`)).status;
     const completed = together.filter((o) => !o.disconnected);

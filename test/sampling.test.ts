@@ -285,3 +285,13 @@ test('k3 run: same seed and flags give byte-identical output; text and stop_reas
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('logit bias: added after the penalties, before the chain; checked; ids past the vocabulary ignored', () => {
+  const logits = [1, 3, 2, 0];
+  assert.equal(new Sampler({ logitBias: new Map([[1, -100]]) }).sample(logits), 2);
+  assert.equal(new Sampler({ logitBias: new Map([[3, 3.5]]) }).sample(logits), 3);
+  assert.equal(new Sampler({ logitBias: new Map([[9, 100]]) }).sample(logits), 1);
+  assert.ok(new Sampler({ temperature: 1, logitBias: new Map([[0, -100]]) }).distribution(logits).probs[0]! < 1e-40, 'id 0 all but banned');
+  assert.throws(() => new Sampler({ logitBias: new Map([[-1, 1]]) }), /logit bias ids/);
+  assert.throws(() => new Sampler({ logitBias: new Map([[0, NaN]]) }), /finite/);
+});

@@ -21,7 +21,7 @@ test('a read fault mid-request is a 500 in the OpenAI shape; the server stays up
   const dir = join(tmp, 'demo-k3');
   try {
     await synthCheckpoint({ arch: 'k3', preset: 'demo', out: dir, extraFiles: demoTokenizerFiles() });
-    const memory = Model.plan(dir, { budget: 0, ctx: 256 }).floorBytes;
+    const memory = Model.plan(dir, { budget: 0, ctx: 256, parallel: 4 }).floorBytes; // loadModel's default parallel
     // reads at load, counted on a clean reader; the faulty one fails from the first read after
     const counter = new FaultyReader(new FsReader(), Number.MAX_SAFE_INTEGER);
     await (await loadModel(dir, { memory, ctx: 256, threads: 1, reader: counter })).close();

@@ -56,6 +56,8 @@ export interface Opener {
   name: (option: keyof LoadOptions) => string;
   /** The tokenizer, when the caller has loaded it already (`k3 run` needs it before the plan's ctx is known). */
   tok?: Tokenizer | null;
+  /** The caller runs one sequence at a time (`k3 run`, `k3 chat`, `k3 logits`): the plan counts no batch of `parallel` sequences. */
+  oneSequence?: boolean;
   /** Sees the model once it is open, before preloading (a fault-injecting reader learns the layout). */
   onOpen?: (model: Model) => void;
 }
@@ -78,7 +80,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
   const fail = (msg: string): never => {
     throw new UserError(`${by.who}: ${msg}`);
   };
-  const positiveInt = (name: 'chunk' | 'ctx' | 'threads', def: number): number => {
+  const positiveInt = (name: 'chunk' | 'ctx' | 'threads' | 'parallel', def: number): number => {
     const v = o[name];
     if (v === undefined) return def;
     if (!Number.isSafeInteger(v) || v < 1) fail(`${by.name(name)} must be an integer >= 1, got ${v}`);
@@ -103,6 +105,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
     overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
     chunk,
     ctx,
+    parallel: by.oneSequence ? 0 : positiveInt('parallel', 4), // their states count in the plan
     reader: o.reader,
     io: o.io,
     lookahead: o.lookahead ?? true,

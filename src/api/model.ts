@@ -188,11 +188,10 @@ export async function loadModelAs(dir: string, opts: LoadOptions, by: Opener): P
   if (!Number.isSafeInteger(parallel) || parallel < 1) throw new UserError(`${by.who}: ${by.name('parallel')} must be an integer >= 1, got ${parallel}`);
   const { model, tok, chunk } = await openModelDir(dir, opts, by);
   const p = model.store.plan;
-
-  // Held prefix states count against --memory: the plan's one sequence state, plus what the
-  // budget leaves over the plan once the `parallel` running sequences have their states.
+  // Held prefix states count against --memory: the plan counts the `parallel` running
+  // sequences and one held state (Plan.engineBytes); more when the budget leaves room.
   const perState = p.kdaStateBytes + p.mlaCacheBytes;
-  const cacheBytes = perState + Math.max(0, p.budgetBytes - p.totalBytes - parallel * perState);
+  const cacheBytes = perState + Math.max(0, p.budgetBytes - p.totalBytes);
   const engine = new Engine(model, tok, { parallel, chunk, cacheBytes });
   return new KimiModel(model, tok, engine);
 }

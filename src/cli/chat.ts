@@ -54,7 +54,7 @@ ${MODEL_HELP}`,
     checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model'))) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
-    const kimi = await loadForCommand('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir, parallel: 1 });
+    const kimi = await loadForCommand('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir });
     try {
       const session = kimi.session({
         system: values.system,

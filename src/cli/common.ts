@@ -117,7 +117,7 @@ export function loadOptionsFromFlags(cmd: string, flags: ModelFlags): LoadOption
  * of the tests (env K3_FAULT_AFTER_READS=N or K3_FAULT=spec, store/fault.ts) when one is set, and
  * on a terminal a progress line for the resident weights (a big model takes a while).
  */
-function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): { opts: LoadOptions; by: Opener; end: () => void } {
+function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null, oneSequence = false): { opts: LoadOptions; by: Opener; end: () => void } {
   const fault = process.env.K3_FAULT_AFTER_READS;
   const spec = process.env.K3_FAULT;
   const base = (): ByteReader => makeReader(opts.io ?? 'auto', () => new FsReader());
@@ -127,14 +127,16 @@ function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer 
     who: cmd,
     name: (o) => `--${FLAG_OF[o] ?? o}`,
     tok,
+    oneSequence,
     onOpen: (model) => faulty?.classifyBy(model.store.layout, model.config),
   };
   return { opts: { ...opts, reader: faulty ? new RetryingReader(faulty) : opts.reader, onProgress: line.update }, by, end: () => line.end() };
 }
 
-/** The library's model for a command (k3 run, chat, serve), opened as `cliOpener` says. */
+/** The library's model for a command (k3 run, chat, serve), opened as `cliOpener` says; without
+ *  `opts.parallel` the command runs one sequence at a time and the plan counts no batch. */
 export async function loadForCommand(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null): Promise<KimiModel> {
-  const o = cliOpener(cmd, dir, opts, tok);
+  const o = cliOpener(cmd, dir, { ...opts, parallel: opts.parallel ?? 1 }, tok, opts.parallel === undefined);
   try {
     return await loadModelAs(dir, o.opts, o.by);
   } finally {
@@ -145,7 +147,7 @@ export async function loadForCommand(cmd: string, dir: string, opts: LoadOptions
 /** Open the model a command names, as the library does (src/api/load.ts). */
 export async function openModel(cmd: string, dir: string, flags: ModelFlags): Promise<{ model: Model; chunk: number }> {
   checkModelDir(cmd, dir);
-  const o = cliOpener(cmd, dir, loadOptionsFromFlags(cmd, flags), null);
+  const o = cliOpener(cmd, dir, loadOptionsFromFlags(cmd, flags), null, true);
   try {
     const { model, chunk } = await openModelDir(dir, o.opts, o.by);
     return { model, chunk };

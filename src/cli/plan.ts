@@ -12,13 +12,15 @@ import { formatBytes } from '../util/format.js';
 
 export const command: Command = {
   summary: 'where every byte of a memory budget goes, and the smallest budget that works',
-  help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [-c N] [--chunk N] [-t N] [--no-estimate] [--json]
+  help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [-c N] [--chunk N] [--parallel N] [-t N] [--no-estimate] [--json]
 
 MODEL is a checkpoint directory, or a directory / path holding only config.json (the official
 dtypes are assumed: BF16 trunk, MXFP4 routed experts for K3). Prints the plan for the budget:
 always-resident pieces, pinned trunk, streaming ring, expert cache slots, KDA state, MLA cache
 for N positions, scratch, and the floor (the smallest budget that works: like the budget, a
-ceiling on peak RSS). --json gives at least floor_bytes and budget_bytes.
+ceiling on peak RSS). --json gives at least floor_bytes and budget_bytes. --parallel N plans for
+\`k3 serve --parallel N\` (and the library's loadModel): N more sequence states (the running
+ones and a held prompt state) and their per-sequence memory raise the floor.
 
 Then an estimate of seconds per token at this budget on this machine, from about a second of
 measurement: the read rate of MODEL's files (the page cache can make it optimistic; not measured
@@ -27,7 +29,7 @@ cores). It assumes uniform routing (the expert cache hits in proportion to its s
 overlap of reading and computing; a real run (k3 run reports s/token) is the measurement.
 --no-estimate skips it. Exits 2 when the budget is below the floor.`,
   async run(args) {
-    const { values, positionals } = parse('plan', args, { model: { type: 'string', short: 'm' }, memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string', short: 'c' }, chunk: { type: 'string' }, threads: { type: 'string', short: 't' }, 'no-estimate': { type: 'boolean' }, json: { type: 'boolean' } }, 1);
+    const { values, positionals } = parse('plan', args, { model: { type: 'string', short: 'm' }, memory: { type: 'string' }, preset: { type: 'string' }, ctx: { type: 'string', short: 'c' }, chunk: { type: 'string' }, parallel: { type: 'string' }, threads: { type: 'string', short: 't' }, 'no-estimate': { type: 'boolean' }, json: { type: 'boolean' } }, 1);
     const target = positionals[0]!;
     if (!fs.existsSync(target)) throw new UserError(`plan: ${target} does not exist`);
     const { cfg, entries, hasWeights } = configAndIndex(target);
@@ -35,15 +37,16 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
     const state = stateSize(cfg);
     const ctx = parseIntFlag('plan', 'ctx', values.ctx, 4096, 1);
     const chunk = parseIntFlag('plan', 'chunk', values.chunk, 64, 1);
-    const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
-    const p = makePlan(cfg, layout, state, budget, ctx, chunk);
+    const parallel = values.parallel === undefined ? 0 : parseIntFlag('plan', 'parallel', values.parallel, 4, 1);
+    const budget = resolveBudget(values.memory, values.preset, () => maxBudget(cfg, layout, state, ctx, chunk, parallel));
+    const p = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
     const ok = budget >= p.floorBytes;
     const threads = parseIntFlag('plan', 'threads', values.threads, os.availableParallelism(), 1);
     const est = ok && !values['no-estimate'] ? await estimateSpeed(cfg, layout, p, hasWeights ? entries : null, threads) : null;
     if (values.json) {
       console.log(JSON.stringify({
-        budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, state, ctx, chunk),
-        baseline_bytes: p.baselineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
+        budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, state, ctx, chunk, parallel),
+        baseline_bytes: p.baselineBytes, parallel, engine_bytes: p.engineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
         scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
         embedding_row_bytes: p.embedRowBytes, embedding_resident_bytes: p.embedResidentBytes, from_config_only: !hasWeights,
@@ -56,6 +59,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
         row('budget', p.budgetBytes),
         row('floor', p.floorBytes, 'the smallest budget that works'),
         row('node + code baseline', p.baselineBytes),
+        ...(parallel > 0 ? [row('engine sequences', p.engineBytes, `${parallel} more states and their arrays (--parallel ${parallel})`)] : []),
         row('resident small tensors', p.smallBytes, 'norms, biases, conv taps'),
         row('KDA state', p.kdaStateBytes, 'per sequence, f32'),
         row('MLA latent cache', p.mlaCacheBytes, `${ctx} positions`),
@@ -78,7 +82,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
         ].join('\n'));
       }
     }
-    if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);
+    if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor${parallel > 0 ? ` for --parallel ${parallel}` : ''}; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);
     return 0;
   },
 };

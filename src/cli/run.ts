@@ -163,7 +163,7 @@ ${MODEL_HELP}`,
     if (ids.length >= ctx) throw new UserError(`run: the prompt is ${ids.length} tokens; --ctx ${ctx} leaves no room to generate (raise --ctx)`);
     const room = ctx - ids.length;
     const interrupt = stopOnSignals('run');
-    const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok, parallel: 1 }, tok);
+    const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok }, tok);
     try {
       interrupt.throwIfAborted();
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];

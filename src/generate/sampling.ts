@@ -1,6 +1,7 @@
 // Sampling: turn the logits of the last position into the next id.
 //
-// The chain is llama.cpp's default order: penalties -> top-k -> top-p -> min-p -> temperature ->
+// The chain is llama.cpp's default order (with OpenAI's logit_bias added after the penalties, as
+// vLLM does): penalties -> bias -> top-k -> top-p -> min-p -> temperature ->
 // draw. Temperature 0 is greedy: argmax of the (penalized) logits, the first maximum winning ties,
 // exactly as `argmax` in greedy.ts. Probabilities are computed in double. The random draws come
 // from xoshiro128** seeded through splitmix64, never Math.random: a given seed gives the same ids
@@ -29,9 +30,11 @@ export interface SamplingOptions {
   penaltyLastN?: number;
   /** Seed of the random draws (default 0); any integer 0 .. 2^53-1. */
   seed?: number;
+  /** Added to the logit of each id (OpenAI's logit_bias: -100 all but bans an id, +100 all but forces it); ids past the vocabulary are ignored. */
+  logitBias?: ReadonlyMap<number, number>;
 }
 
-export type ResolvedSampling = Required<SamplingOptions>;
+export type ResolvedSampling = Required<Omit<SamplingOptions, 'logitBias'>>;
 
 export const SAMPLING_DEFAULTS: ResolvedSampling = {
   temperature: 0,
@@ -67,6 +70,21 @@ export function resolveSampling(o: SamplingOptions = {}): ResolvedSampling {
   if (!Number.isInteger(r.penaltyLastN) || r.penaltyLastN < 0) bad('repeat-last-n', 'an integer >= 0', r.penaltyLastN);
   if (!Number.isSafeInteger(r.seed) || r.seed < 0) bad('seed', 'an integer in 0 .. 2^53-1', r.seed);
   return r;
+}
+
+/** A checked copy of a logit bias (UserError naming the id), or null when empty. */
+export function resolveBias(bias: ReadonlyMap<number, number> | undefined): ReadonlyMap<number, number> | null {
+  if (!bias || bias.size === 0) return null;
+  for (const [id, v] of bias) {
+    if (!Number.isSafeInteger(id) || id < 0) throw new UserError(`sampling: logit bias ids must be integers >= 0, got ${id}`);
+    if (!Number.isFinite(v)) throw new UserError(`sampling: logit bias of id ${id} must be a finite number, got ${v}`);
+  }
+  return new Map(bias);
+}
+
+/** Add the bias to the logits of its ids (in place; `logits` indexed by id). */
+export function applyBias(logits: Float64Array, bias: ReadonlyMap<number, number> | null): void {
+  if (bias) for (const [id, v] of bias) if (id < logits.length) logits[id] = logits[id]! + v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,10 +290,12 @@ function argmaxId(c: Candidates): number {
 
 export class Sampler {
   readonly opts: ResolvedSampling;
+  readonly bias: ReadonlyMap<number, number> | null;
   readonly rng: Rng;
 
   constructor(opts: SamplingOptions = {}) {
     this.opts = resolveSampling(opts);
+    this.bias = resolveBias(opts.logitBias);
     this.rng = new Rng(this.opts.seed);
   }
 
@@ -288,10 +308,11 @@ export class Sampler {
     this.rng.seed(seed);
   }
 
-  /** Logits (first V entries are the vocabulary) after penalties: a Float64Array copy. */
+  /** Logits (first V entries are the vocabulary) after penalties and bias: a Float64Array copy. */
   private prepared(logits: ArrayLike<number>, history: readonly number[], V: number): Candidates {
     const c = candidates(logits, V);
     applyPenalties(c.logits, tokenCounts(history, this.opts.penaltyLastN), this.opts);
+    applyBias(c.logits, this.bias);
     return c;
   }
 

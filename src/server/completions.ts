@@ -71,7 +71,7 @@ function tokenLogprob(kimi: KimiModel, e: TokenEvent) {
 export async function chatCompletions(s: Served, req: IncomingMessage, res: ServerResponse, b: Body): Promise<GenerationResult | null> {
   checkModel(s, b);
   const messages = messagesOf(b);
-  const opts = generationOptions(b, s.maxContext, true);
+  const opts = generationOptions(b, s.maxContext, true, s.kimi.vocabSize);
   const stream = bool(b, 'stream') ?? false;
   const kwargs = (b.chat_template_kwargs ?? {}) as Body;
   const thinking = bool(kwargs, 'thinking') ?? false;
@@ -159,7 +159,7 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   const V = s.kimi.vocabSize;
   const bad = ids.find((x) => x < 0 || x >= V);
   if (bad !== undefined) throw badField('prompt', `token id ${bad} is out of range (vocabulary ${V})`);
-  const opts = generationOptions(b, s.maxContext, false);
+  const opts = generationOptions(b, s.maxContext, false, s.kimi.vocabSize);
   const stream = bool(b, 'stream') ?? false;
   const id = `cmpl-${randomUUID()}`;
   const base = { id, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: s.name };

@@ -1,6 +1,6 @@
 // Request fields -> generation options, each checked with a 400 naming the field. The sampling
 // fields are OpenAI's (temperature, top_p, stop, seed, presence_penalty, frequency_penalty,
-// logprobs / top_logprobs, n = 1); max_tokens is bounded by the context the server was planned for.
+// logprobs / top_logprobs, logit_bias, n = 1); max_tokens is bounded by the context the server was planned for.
 
 import type { GenerateOptions } from '../api/index.js';
 import { badField } from './errors.js';
@@ -28,8 +28,22 @@ export function bool(b: Body, k: string): boolean | undefined {
   return v;
 }
 
+/** OpenAI's logit_bias: {"token id": bias in [-100, 100]}, ids within the vocabulary. */
+function logitBias(b: Body, vocabSize: number): Map<number, number> | undefined {
+  const v = b.logit_bias;
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) throw badField('logit_bias', 'must be an object mapping token ids to biases in [-100, 100]');
+  const out = new Map<number, number>();
+  for (const [k, x] of Object.entries(v as Body)) {
+    if (!/^(0|[1-9]\d*)$/.test(k) || Number(k) >= vocabSize) throw badField('logit_bias', `key ${JSON.stringify(k)} is not a token id (0 .. ${vocabSize - 1})`);
+    if (typeof x !== 'number' || !Number.isFinite(x) || x < -100 || x > 100) throw badField('logit_bias', `bias of token ${k} must be a number in [-100, 100], got ${JSON.stringify(x)}`);
+    out.set(Number(k), x);
+  }
+  return out;
+}
+
 /** The options every endpoint shares. `maxContext`: most tokens a request may generate. */
-export function generationOptions(b: Body, maxContext: number, chat: boolean): GenerateOptions & { maxTokens: number; logprobs?: number } {
+export function generationOptions(b: Body, maxContext: number, chat: boolean, vocabSize: number): GenerateOptions & { maxTokens: number; logprobs?: number } {
   const n = int(b, 'n', 1, 1);
   void n;
   const mt = int(b, 'max_completion_tokens', 1, Number.MAX_SAFE_INTEGER) ?? int(b, 'max_tokens', 1, Number.MAX_SAFE_INTEGER);
@@ -55,6 +69,7 @@ export function generationOptions(b: Body, maxContext: number, chat: boolean): G
     seed: int(b, 'seed', 0, Number.MAX_SAFE_INTEGER),
     presencePenalty: num(b, 'presence_penalty', -2, 2),
     frequencyPenalty: num(b, 'frequency_penalty', -2, 2),
+    logitBias: logitBias(b, vocabSize),
     stop,
     logprobs,
   };

@@ -16,8 +16,18 @@ import { UserError } from '../util/errors.js';
 import { GiB, MiB, formatBytes } from '../util/format.js';
 import type { Layout } from './layout.js';
 
-/** What Node itself, the engine's code and the V8 heap take before any weight (measured ~60 MiB). */
+/** What Node itself, the engine's code, one kernel worker and the V8 heap take before any weight:
+ *  a bare node is ~39 MiB; the demo model loaded for `k3 run` or `k3 serve` measures 107-110 MiB
+ *  RSS with V8's default young generation (semi-spaces grow to 16 MiB), ~90 MiB with
+ *  `k3 serve`'s --semi-space-growth-factor=1 (src/cli/serve.ts); AMD EPYC, Node 20. */
 export const BASELINE_BYTES = 112 * MiB;
+
+/** JavaScript memory of one sequence in an engine's decode batch, besides its state: its job,
+ *  sampler and stop objects, and per token its logits row and the sampler's double-precision
+ *  copies (candidates, sort order, softmax: about 40 bytes per vocabulary entry). */
+export function engineSequenceBytes(cfg: ModelConfig): number {
+  return 40 * cfg.vocabSize + 256 * 1024;
+}
 
 export interface Plan {
   budgetBytes: number;
@@ -30,6 +40,13 @@ export interface Plan {
   /** Bytes the plan uses (<= budget; less when the model is smaller than the budget). */
   totalBytes: number;
   baselineBytes: number;
+  /** Sequences an engine decodes together (src/api/engine.ts; `k3 serve --parallel`); 0 for one
+   *  sequence (`k3 run`). */
+  parallel: number;
+  /** What those sequences hold beyond the plan's one state: `parallel` more states (the running
+   *  ones but the plan's own, and one prefix state held for the next request) and each one's
+   *  engineSequenceBytes. */
+  engineBytes: number;
   smallBytes: number;
   kdaStateBytes: number;
   mlaCacheBytes: number;
@@ -71,13 +88,14 @@ export function scratchBytes(cfg: ModelConfig, chunk: number): number {
   return 2 * 4 * (chunk * perToken + cfg.vocabSize) + 16 * MiB;
 }
 
-export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number): Plan {
+export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel = 0): Plan {
   const mlaCacheBytes = s.perPositionBytes * ctx;
+  const engineBytes = parallel * (s.perSequenceBytes + mlaCacheBytes + engineSequenceBytes(cfg));
   const scratch = scratchBytes(cfg, chunk);
   const expertsTotal = layout.moeLayers * cfg.moe.experts;
   // The decoder holds one block in (stored, at most raw) and one out, in 64 KiB pages.
   const decodeBytes = layout.maxCodedBlockBytes > 0 ? Math.ceil((4 * layout.maxCodedBlockBytes + 256) / 65536 + 1) * 65536 : 0;
-  const fixed = BASELINE_BYTES + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
+  const fixed = BASELINE_BYTES + engineBytes + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
   const minRing = 3 * layout.maxPieceBytes;
   const minSlots = expertsTotal > 0 ? 1 : 0;
   const floor = fixed + minRing + minSlots * layout.expertBytes;
@@ -87,6 +105,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     floorBytes: floor,
     totalBytes: 0,
     baselineBytes: BASELINE_BYTES,
+    parallel,
+    engineBytes,
     smallBytes: layout.smallBytes,
     kdaStateBytes: s.perSequenceBytes,
     mlaCacheBytes,
@@ -148,8 +168,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
 }
 
 /** The plan with every weight resident: the size `--preset max` asks for. */
-export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: number, chunk: number): number {
-  const p = makePlan(cfg, layout, s, 0, ctx, chunk);
+export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: number, chunk: number, parallel = 0): number {
+  const p = makePlan(cfg, layout, s, 0, ctx, chunk, parallel);
   return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes + layout.embed.data.nbytes;
 }
 
@@ -234,6 +254,7 @@ export function resolveBudget(memory: string | undefined, preset: string | undef
 /** Refuse a budget below the floor, naming the smallest one that works. */
 export function checkFloor(plan: Plan): void {
   if (plan.budgetBytes < plan.floorBytes) {
-    throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)} is below this model's floor: the smallest budget that works is ${plan.floorBytes} bytes (${formatBytes(plan.floorBytes)}; --memory ${Math.ceil(plan.floorBytes / MiB)}M)`);
+    const seqs = plan.parallel > 0 ? ` with ${plan.parallel} sequences decoded together (--parallel ${plan.parallel})` : '';
+    throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)} is below this model's floor${seqs}: the smallest budget that works is ${plan.floorBytes} bytes (${formatBytes(plan.floorBytes)}; --memory ${Math.ceil(plan.floorBytes / MiB)}M)`);
   }
 }

@@ -101,6 +101,8 @@ export interface StoreOptions {
   budget?: number | { memory?: string; preset?: string };
   /** Context length the MLA cache is planned for. */
   ctx?: number;
+  /** Sequences an engine decodes together (src/api/engine.ts), counted in the plan (Plan.engineBytes); default 0: one sequence. */
+  parallel?: number;
   chunk?: number;
   reader?: ByteReader;
   maxPiece?: number;
@@ -147,8 +149,9 @@ export class WeightStore {
     ctx: number,
     chunk: number,
     private readonly alloc: (bytes: number) => Uint8Array = plainAlloc,
+    parallel = 0,
   ) {
-    this.plan = makePlan(cfg, layout, state, budget, ctx, chunk);
+    this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
     this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
@@ -167,7 +170,7 @@ export class WeightStore {
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
     const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
     const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
-    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc);
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel);
     store.lookahead = opts.lookahead ?? true;
     return store;
   }
@@ -178,7 +181,7 @@ export class WeightStore {
   }
 
   static planOf(p: Prepared): Plan {
-    return makePlan(p.cfg, p.layout, p.state, p.budget, p.ctx, p.chunk);
+    return makePlan(p.cfg, p.layout, p.state, p.budget, p.ctx, p.chunk, p.parallel);
   }
 
   /** Widest matrix the kernels must handle (columns). */
@@ -584,6 +587,7 @@ export function prepareStore(dir: string, opts: OpenOptions) {
   const chunk = opts.chunk ?? 64;
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
   const state = opts.stateSize(cfg);
-  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk));
-  return { dir, cfg, entries, layout, state, budget, ctx, chunk };
+  const parallel = opts.parallel ?? 0;
+  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk, parallel));
+  return { dir, cfg, entries, layout, state, budget, ctx, chunk, parallel };
 }
