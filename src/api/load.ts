@@ -30,6 +30,8 @@ export interface LoadOptions {
   parallel?: number;
   /** Optional MXFP4 fast path with 8-bit activations (not the exact numbers; see `k3 bench --fast-experts`). */
   fastExperts?: boolean;
+  /** `fastExperts`, and the bf16 trunk REQUANTIZED at load to 7-bit blocks (not the stored weights; see `k3 bench --fast`). */
+  fast?: boolean;
   /** Epsilon of MLA q_a/kv_a norms: 'reference' (1e-6, default) or 'config' (rms_norm_eps). */
   mlaLatentEps?: 'reference' | 'config';
   /** Kimi Linear: routing weights from the biased scores (HF remote code). */
@@ -73,6 +75,7 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
   const eps = o.mlaLatentEps ?? 'reference';
   if (eps !== 'reference' && eps !== 'config') throw new UserError('loadModel: mlaLatentEps must be reference or config');
   if (o.fastExperts && kernels === 'ref') throw new UserError('loadModel: fastExperts needs the WebAssembly kernels');
+  if (o.fast && kernels === 'ref') throw new UserError('loadModel: fast needs the WebAssembly kernels');
   const opts = {
     overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
     chunk,
@@ -83,7 +86,7 @@ export async function openForApi(dir: string, o: LoadOptions): Promise<Loaded> {
     verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
     budget: { memory, preset: o.preset },
   };
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false });
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false, fast: o.fast ?? false });
   model.checkFinite = !o.allowNonfinite;
   try {
     if (tok) checkTokenizerFits('loadModel', tok, tokDir, model.config.vocabSize);

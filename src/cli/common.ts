@@ -21,6 +21,7 @@ export const MODEL_OPTIONS = {
   threads: { type: 'string', short: 't' },
   kernels: { type: 'string' },
   'fast-experts': { type: 'boolean' },
+  fast: { type: 'boolean' },
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
@@ -43,6 +44,11 @@ export const MODEL_HELP = `model options:
   --fast-experts                   optional fast path, off by default: MXFP4 (expert) products with
                                    8-bit activations (llama.cpp q8_0 style; deterministic, but not
                                    the exact numbers: \`k3 bench --fast-experts\` reports its KL cost)
+  --fast                           optional, off by default: --fast-experts, and the bf16 trunk
+                                   matrices REQUANTIZED at load to 7-bit blocks (not the stored
+                                   weights; not MLA kv_b nor the router) with 8-bit activations and
+                                   integer dots; deterministic, not the exact numbers (\`k3 bench
+                                   --fast\` reports its KL cost)
   --no-preload                     read resident weights on first use instead of at start
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
@@ -66,6 +72,7 @@ export interface ModelFlags {
   threads?: string;
   kernels?: string;
   'fast-experts'?: boolean;
+  fast?: boolean;
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
@@ -106,8 +113,10 @@ export async function openModel(cmd: string, dir: string, flags: ModelFlags): Pr
   const verifyReads = flags['verify-reads'] ? ('every' as const) : ('first' as const);
   const opts = { overrides, chunk, ctx, reader, verifyReads, budget: { memory: flags.memory, preset: flags.preset }, lookahead: !flags['no-lookahead'] };
   const fastExperts = flags['fast-experts'] ?? false;
+  const fast = flags.fast ?? false;
   if (fastExperts && kernels === 'ref') throw new UserError(`${cmd}: --fast-experts needs the WebAssembly kernels (--kernels wasm)`);
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts });
+  if (fast && kernels === 'ref') throw new UserError(`${cmd}: --fast needs the WebAssembly kernels (--kernels wasm)`);
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts, fast });
   model.checkFinite = !flags['allow-nonfinite'];
   faulty?.classifyBy(model.store.layout, model.config);
   if (!flags['no-preload']) {
