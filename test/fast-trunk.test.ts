@@ -9,7 +9,8 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes, xorshift } from './helpers.js';
+import { spawnSync } from 'node:child_process';
+import { CLI, GOLDEN, sameBytes, xorshift } from './helpers.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { matmulQ7Ref, requantizeQ7InPlace, q7Bytes, Q7_OFF } from '../src/kernels/wasm/q8-trunk.js';
@@ -147,3 +148,19 @@ for (const name of ['k3', 'kimi-linear']) {
     assert.match(notices[0]!, /REQUANTIZED to 7-bit blocks/, 'said at load');
   });
 }
+
+test('k3 run --fast and k3 bench --fast through the CLI: said on stderr, cost reported', () => {
+  const dir = path.join(GOLDEN, 'k3');
+  const run = spawnSync(process.execPath, [CLI, 'run', dir, '--ids', '5,6,7', '--gen', '3', '--fast', '-t', '1'], { encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stderr, /--fast: \d+ bf16 trunk matrices .* REQUANTIZED to 7-bit blocks/);
+  const ref = spawnSync(process.execPath, [CLI, 'run', dir, '--ids', '5,6,7', '--fast', '--kernels', 'ref'], { encoding: 'utf8' });
+  assert.equal(ref.status, 2, 'a user error');
+  assert.match(ref.stderr, /--fast needs the WebAssembly kernels/);
+  const b = spawnSync(process.execPath, [CLI, 'bench', dir, '-p', '4', '-n', '2', '-r', '1', '--threads-list', '1', '--fast', '--json'], { encoding: 'utf8' });
+  assert.equal(b.status, 0, b.stderr);
+  const j = JSON.parse(b.stdout);
+  assert.deepEqual(j.rows.map((r: { test: string; path: string }) => `${r.test}:${r.path}`), ['pp4:exact', 'tg2:exact', 'pp4:fast', 'tg2:fast']);
+  assert.ok(j.fast_cost.mean_kl > 0 && j.fast_cost.mean_kl < KL_BOUND && j.fast_cost.positions === 32);
+  assert.ok(j.kernels.some((k: { kind: string }) => k.kind.startsWith('q7')));
+});
