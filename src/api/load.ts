@@ -31,6 +31,8 @@ export interface LoadOptions {
   parallel?: number;
   /** Optional MXFP4 fast path with 8-bit activations (not the exact numbers; see `k3 bench --fast-experts`). */
   fastExperts?: boolean;
+  /** `fastExperts`, and the bf16 trunk REQUANTIZED at load to 7-bit blocks (not the stored weights; see `k3 bench --fast`). */
+  fast?: boolean;
   /** Epsilon of MLA q_a/kv_a norms: 'reference' (1e-6, default) or 'config' (rms_norm_eps). */
   mlaLatentEps?: 'reference' | 'config';
   /** Kimi Linear: routing weights from the biased scores (HF remote code). */
@@ -95,6 +97,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
   const eps = o.mlaLatentEps ?? 'reference';
   if (eps !== 'reference' && eps !== 'config') fail(`${by.name('mlaLatentEps')} must be reference or config`);
   if (o.fastExperts && kernels === 'ref') fail(`${by.name('fastExperts')} needs the WebAssembly kernels (${by.name('kernels')} wasm)`);
+  if (o.fast && kernels === 'ref') fail(`${by.name('fast')} needs the WebAssembly kernels (${by.name('kernels')} wasm)`);
   const tokDir = o.tokenizer ?? dir;
   let tok = by.tok;
   if (tok === undefined) {
@@ -112,7 +115,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
     verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
     budget: { memory: typeof o.memory === 'number' ? String(o.memory) : o.memory, preset: o.preset },
   };
-  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false });
+  const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false, fast: o.fast ?? false });
   model.checkFinite = !o.allowNonfinite;
   try {
     if (tok) checkTokenizerFits(by.who, tok, tokDir, model.config.vocabSize);

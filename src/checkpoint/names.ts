@@ -235,6 +235,8 @@ export interface TrunkMatrix {
   /** Read by rows (MLA kv_b): must be held whole, never split into streamed pieces. */
   whole: boolean;
   layer: number | 'head';
+  /** Kept exact under `--fast` (the MoE router: a rounding there flips expert choices). */
+  exact?: boolean;
 }
 
 /**
@@ -246,7 +248,7 @@ export function trunkOrder(cfg: ModelConfig): TrunkMatrix[] {
   const n = namesOf(cfg);
   const D = cfg.hiddenSize;
   const out: TrunkMatrix[] = [];
-  const add = (layer: number | 'head', base: string, rows: number, cols: number, whole = false) => out.push({ base, rows, cols, whole, layer });
+  const add = (layer: number | 'head', base: string, rows: number, cols: number, whole = false, exact = false) => out.push({ base, rows, cols, whole, layer, ...(exact ? { exact } : {}) });
   for (let l = 0; l < cfg.numLayers; l++) {
     const L = cfg.layers[l]!;
     if (L.attn === 'kda') {
@@ -283,7 +285,7 @@ export function trunkOrder(cfg: ModelConfig): TrunkMatrix[] {
     } else {
       const mo = cfg.moe;
       const f = n.moe(l);
-      add(l, f.router, mo.experts, D);
+      add(l, f.router, mo.experts, D, false, true);
       if (mo.latentDim) add(l, f.latentDown, mo.latentDim, D);
       // The shared expert runs while the routed experts are read, before the latent up (model/moe.ts).
       if (mo.shared > 0) {

@@ -8,7 +8,8 @@ import { syntheticWeight } from './estimate.js';
 import { Model } from '../model/model.js';
 import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
-import type { WeightFormat } from '../formats/weight.js';
+import type { WeightFormat, WeightView } from '../formats/weight.js';
+import { q7Bytes, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import { UserError } from '../util/errors.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and
@@ -20,7 +21,19 @@ interface Row {
   threads: number;
   /** With --fast-experts: which path the MXFP4 expert products took. */
   experts?: 'exact' | 'fast';
+  /** With --fast: which path the row took (exact, fast experts only, or --fast: trunk and experts). */
+  path?: BenchPath;
   tokens_per_second: { mean: number; sd: number; runs: number[] };
+}
+
+/** The paths a bench row can take: the exact one, --fast-experts (toggled on one model), --fast (a model of its own: its trunk is requantized at load). */
+type BenchPath = 'exact' | 'fast-experts' | 'fast';
+
+interface Cost {
+  prompt: string;
+  positions: number;
+  mean_kl: number;
+  top1_agreement: number;
 }
 
 function stats(xs: number[]): { mean: number; sd: number } {
@@ -32,6 +45,8 @@ function stats(xs: number[]): { mean: number; sd: number } {
 /** Per-token breakdown of decode (--profile): milliseconds per bucket, the rest is JavaScript. */
 interface ProfileRow {
   threads: number;
+  /** With --fast: the exact model's profile or the --fast one's. */
+  path?: 'exact' | 'fast';
   tokens: number;
   ms_per_token: number;
   ms: Record<ProfileBucket | 'js', number>;
@@ -83,6 +98,9 @@ With --fast-experts, every row is measured on both paths (experts exact, then fa
 of the fast path is reported: mean KL(exact || fast) of the next-token distributions (softmax in
 double) over the positions of a prompt (the model directory's tokens.json "short" prompt when it
 has one, as the golden fixtures do; else 64 fixed pseudo-random ids), and top-1 agreement.
+With --fast, the rows are measured on the exact path (and --fast-experts, if given) and on a second
+load of the model with --fast, whose bf16 trunk is REQUANTIZED to 7-bit blocks (not the stored
+weights); its cost against the exact path is reported the same way.
 ${MODEL_HELP}`,
   async run(args) {
     const { values, positionals } = parse('bench', args, {
@@ -103,21 +121,27 @@ ${MODEL_HELP}`,
       if (!/^\d+$/.test(t.trim()) || Number(t) < 1) throw new UserError(`bench: --threads-list entry ${JSON.stringify(t)} is not a positive integer`);
       return Number(t);
     });
-    const fast = values['fast-experts'] ?? false;
-    if (fast && values.kernels === 'ref') throw new UserError('bench: --fast-experts needs the WebAssembly kernels');
+    const fastExperts = values['fast-experts'] ?? false;
+    const fastAll = values.fast ?? false;
+    const fast = fastExperts || fastAll;
+    if (fastExperts && values.kernels === 'ref') throw new UserError('bench: --fast-experts needs the WebAssembly kernels');
+    if (fastAll && values.kernels === 'ref') throw new UserError('bench: --fast needs the WebAssembly kernels');
     let klIds: number[] | null = null;
     const tokFile = path.join(dir, 'tokens.json');
     if (fast && fs.existsSync(tokFile)) {
       const short = (JSON.parse(fs.readFileSync(tokFile, 'utf8')) as { short?: unknown }).short;
       if (Array.isArray(short) && short.every((t) => Number.isInteger(t))) klIds = short as number[];
     }
-    let cost: { prompt: string; positions: number; mean_kl: number; top1_agreement: number } | null = null;
+    let cost: Cost | null = null;
+    let fastCost: Cost | null = null;
+    /** Logits of the KL prompt on the exact path (first thread count), for --fast's cost. */
+    let exactLogits: Float32Array | null = null;
     const rows: Row[] = [];
     const profRows: ProfileRow[] = [];
     const kernelRows: { kind: string; shape: [number, number]; threads: number; gmac_per_s: number; gb_per_s: number }[] = [];
     let info: { arch: string; params: number; bytes: number } | null = null;
-    for (const threads of list) {
-      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8, (klIds?.length ?? 64) + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' }, io: ioMode('bench', values.io) });
+    for (const threads of list) for (const loadFast of fastAll ? [false, true] : [false]) {
+      const model = await Model.load(dir, { threads, ctx: Math.max(64, P + N + 8, (klIds?.length ?? 64) + 8), chunk: Math.max(1, P), budget: { memory: values.memory, preset: values.preset ?? 'max' }, io: ioMode('bench', values.io), fast: loadFast });
       try {
         await model.store.preload();
         const cfg = model.config;
@@ -125,10 +149,12 @@ ${MODEL_HELP}`,
           const c = census(cfg, model.store.entries);
           info = { arch: cfg.arch, params: c.params, bytes: c.bytes };
         }
-        const paths: ('exact' | 'fast')[] = fast ? ['exact', 'fast'] : ['exact'];
+        const paths: BenchPath[] = loadFast ? ['fast'] : fastExperts ? ['exact', 'fast-experts'] : ['exact'];
+        const tag = (pth: BenchPath): Partial<Row> => (fastExperts ? { experts: pth === 'exact' ? 'exact' : 'fast' } : {}) as Partial<Row>;
+        const pathOf = (pth: BenchPath): Partial<Row> => ({ ...tag(pth), ...(fastAll ? { path: pth } : {}) });
         for (const pth of paths) {
           const kgp = model.kernels;
-          if (kgp) kgp.fastExperts = pth === 'fast';
+          if (kgp && !loadFast) kgp.fastExperts = pth === 'fast-experts';
           if (P > 0) {
             await run1(model, ids(Math.min(P, 8), cfg.vocabSize, 1), P); // warm-up
             const runs: number[] = [];
@@ -138,7 +164,7 @@ ${MODEL_HELP}`,
               await run1(model, prompt, P);
               runs.push(P / ((performance.now() - t0) / 1000));
             }
-            rows.push({ test: `pp${P}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
+            rows.push({ test: `pp${P}`, threads, ...pathOf(pth), tokens_per_second: { ...stats(runs), runs } });
           }
           if (N > 0) {
             const runs: number[] = [];
@@ -154,12 +180,12 @@ ${MODEL_HELP}`,
               if (r > 0) runs.push(N / ((performance.now() - t0) / 1000)); // run 0 warms up
               model.release(st);
             }
-            rows.push({ test: `tg${N}`, threads, ...(fast ? { experts: pth } : {}), tokens_per_second: { ...stats(runs), runs } });
+            rows.push({ test: `tg${N}`, threads, ...pathOf(pth), tokens_per_second: { ...stats(runs), runs } });
           }
         }
         if (values.profile && N > 0 && model.kernels) {
           const kgp = model.kernels;
-          kgp.fastExperts = false;
+          if (!loadFast) kgp.fastExperts = false;
           const prof = new KernelProfile();
           let total = 0, tokens = 0;
           for (let r = 0; r < R + 1; r++) {
@@ -181,21 +207,26 @@ ${MODEL_HELP}`,
           }
           const ms = Object.fromEntries(PROFILE_BUCKETS.map((b) => [b, prof.ms[b] / tokens])) as Record<ProfileBucket | 'js', number>;
           ms.js = total / tokens - PROFILE_BUCKETS.reduce((a, b) => a + ms[b], 0);
-          profRows.push({ threads, tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
+          profRows.push({ threads, ...(fastAll ? { path: loadFast ? 'fast' : 'exact' } : {}), tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
         }
-        if (fast && !cost) {
-          const kgc = model.kernels!;
-          const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
-          kgc.fastExperts = false;
-          const base = await run1(model, prompt, P || 64, 'all');
-          kgc.fastExperts = true;
-          const got = await run1(model, prompt, P || 64, 'all');
-          kgc.fastExperts = false;
+        const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
+        const costOf = (base: Float32Array, got: Float32Array): Cost => {
           const c = nextTokenKL(base, got, cfg.vocabSize);
-          cost = { prompt: klIds ? 'tokens.json short' : '64 pseudo-random ids', positions: c.positions, mean_kl: c.meanKL, top1_agreement: c.top1 };
+          return { prompt: klIds ? 'tokens.json short' : '64 pseudo-random ids', positions: c.positions, mean_kl: c.meanKL, top1_agreement: c.top1 };
+        };
+        if (fast && !loadFast && !exactLogits) {
+          const kgc = model.kernels!;
+          kgc.fastExperts = false;
+          exactLogits = await run1(model, prompt, P || 64, 'all');
+          if (fastExperts) {
+            kgc.fastExperts = true;
+            cost = costOf(exactLogits, await run1(model, prompt, P || 64, 'all'));
+            kgc.fastExperts = false;
+          }
         }
+        if (loadFast && !fastCost) fastCost = costOf(exactLogits!, await run1(model, prompt, P || 64, 'all'));
         const kg = model.kernels;
-        if (kg) {
+        if (kg && !loadFast) {
           const k = kg.members[0]!;
           const mark = k.mark();
           const D = cfg.hiddenSize;
@@ -227,6 +258,7 @@ ${MODEL_HELP}`,
             k.fastMxfp4 = false;
             kernelRows.push({ kind: q8 ? 'mxfp4 (q8 activations, --fast-experts)' : fmt, shape: [rws, cls], threads, gmac_per_s: (rws * cls) / s / 1e9, gb_per_s: (bytes + (w.scale?.byteLength ?? 0)) / s / 1e9 });
           }
+          if (fastAll) kernelRows.push({ ...timeQ7(k, D, D), threads });
           k.release(mark);
         }
       } finally {
@@ -234,36 +266,60 @@ ${MODEL_HELP}`,
       }
     }
     if (values.json) {
-      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(values.profile ? { profile: profRows } : {}) }));
+      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(fastCost ? { fast_cost: fastCost } : {}), ...(values.profile ? { profile: profRows } : {}) }));
       return 0;
     }
     const size = info ? `${(info.bytes / 2 ** 30).toFixed(2)} GiB` : '?';
     const params = info ? `${(info.params / 1e9).toFixed(2)} B` : '?';
-    const ex = fast ? ' experts |' : '';
+    const ex = fastAll ? ' path |' : fast ? ' experts |' : '';
+    const label = (r: Row): string => (r.path === 'fast' ? '--fast (q7 trunk, q8 act)' : r.path === 'fast-experts' || r.experts === 'fast' ? 'fast experts (q8 act)' : 'exact');
     console.log(`| model | size | params | backend | threads |${ex} test | t/s |`);
     console.log(`| --- | ---: | ---: | --- | ---: |${fast ? ' --- |' : ''} ---: | ---: |`);
-    for (const r of rows) console.log(`| ${info?.arch} | ${size} | ${params} | wasm-simd | ${r.threads} |${fast ? ` ${r.experts === 'fast' ? 'fast (q8 act)' : 'exact'} |` : ''} ${r.test} | ${r.tokens_per_second.mean.toFixed(2)} ± ${r.tokens_per_second.sd.toFixed(2)} |`);
+    for (const r of rows) console.log(`| ${info?.arch} | ${size} | ${params} | wasm-simd | ${r.threads} |${fast ? ` ${label(r)} |` : ''} ${r.test} | ${r.tokens_per_second.mean.toFixed(2)} ± ${r.tokens_per_second.sd.toFixed(2)} |`);
     console.log('');
     console.log('| kernel | shape | threads | GMAC/s | GB/s |');
     console.log('| --- | --- | ---: | ---: | ---: |');
-    for (const k of kernelRows) console.log(`| ${k.kind.replace(/^(\w+)/, '$1 x f32')} | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
+    for (const k of kernelRows) console.log(`| ${k.kind.startsWith('q7') ? k.kind : k.kind.replace(/^(\w+)/, '$1 x f32')} | ${k.shape.join('x')} | ${k.threads} | ${k.gmac_per_s.toFixed(2)} | ${k.gb_per_s.toFixed(2)} |`);
     if (profRows.length) {
       const cols: (ProfileBucket | 'js')[] = [...PROFILE_BUCKETS, 'js'];
       const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
       console.log('');
       console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = mxfp4/int4 products, fused = KDA/MLA/activations, js = the rest):`);
-      console.log(`| threads | ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
-      console.log(`| ---: | ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
-      for (const r of profRows) console.log(`| ${r.threads} | ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
+      console.log(`| threads |${fastAll ? ' path |' : ''} ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
+      console.log(`| ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+      for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
       console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
     }
     if (cost) {
       console.log('');
       console.log(`fast experts vs exact, next-token distributions over ${cost.positions} positions (${cost.prompt}): mean KL ${cost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * cost.top1_agreement).toFixed(1)}%`);
     }
+    if (fastCost) {
+      console.log('');
+      console.log(`--fast (bf16 trunk REQUANTIZED to 7-bit blocks, not the stored weights; 8-bit activations) vs exact, next-token distributions over ${fastCost.positions} positions (${fastCost.prompt}): mean KL ${fastCost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * fastCost.top1_agreement).toFixed(1)}%`);
+    }
     return 0;
   },
 };
+
+/** GMAC/s and GB/s of --fast's trunk product (bf16 requantized to q7, 8-bit activations), T = 1. */
+function timeQ7(k: Kernels, rows: number, cols: number): { kind: string; shape: [number, number]; gmac_per_s: number; gb_per_s: number } {
+  const buf = k.alloc(rows * cols * 2, 4096).u8;
+  syntheticWeight('bench', 'bf16', rows, cols, buf);
+  requantizeQ7InPlace(buf, rows, cols);
+  const w: WeightView = { name: 'bench', format: 'q7', rows, cols, data: buf.subarray(0, rows * cols), scale: buf.subarray(rows * cols, q7Bytes(rows, cols)) };
+  const x = new Float32Array(cols).fill(0.5);
+  const y = new Float32Array(rows);
+  k.matmul(w, x, 1, y);
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < 300) {
+    k.matmul(w, x, 1, y);
+    n++;
+  }
+  const s = (performance.now() - t0) / 1000 / n;
+  return { kind: 'q7 x q8 (bf16 trunk requantized, --fast)', shape: [rows, cols], gmac_per_s: (rows * cols) / s / 1e9, gb_per_s: q7Bytes(rows, cols) / s / 1e9 };
+}
 
 /**
  * Cost of an approximate path: mean over positions of KL(p_base || p_fast) of the next-token

@@ -22,6 +22,7 @@ export const MODEL_OPTIONS = {
   threads: { type: 'string', short: 't' },
   kernels: { type: 'string' },
   'fast-experts': { type: 'boolean' },
+  fast: { type: 'boolean' },
   'no-preload': { type: 'boolean' },
   'mla-latent-eps': { type: 'string' },
   'kimi-linear-biased-weights': { type: 'boolean' },
@@ -44,6 +45,11 @@ export const MODEL_HELP = `model options:
   --fast-experts                   optional fast path, off by default: MXFP4 (expert) products with
                                    8-bit activations (llama.cpp q8_0 style; deterministic, but not
                                    the exact numbers: \`k3 bench --fast-experts\` reports its KL cost)
+  --fast                           optional, off by default: --fast-experts, and the bf16 trunk
+                                   matrices REQUANTIZED at load to 7-bit blocks (not the stored
+                                   weights; not MLA kv_b nor the router) with 8-bit activations and
+                                   integer dots; deterministic, not the exact numbers (\`k3 bench
+                                   --fast\` reports its KL cost)
   --no-preload                     read resident weights on first use instead of at start
   --chunk N                        prefill chunk size in tokens (default 64; results do not depend on it)
   --mla-latent-eps reference|config  epsilon of MLA q_a/kv_a norms: 1e-6 as Moonshot's code (default)
@@ -67,6 +73,7 @@ export interface ModelFlags {
   threads?: string;
   kernels?: string;
   'fast-experts'?: boolean;
+  fast?: boolean;
   'no-preload'?: boolean;
   'mla-latent-eps'?: string;
   'kimi-linear-biased-weights'?: boolean;
@@ -103,6 +110,7 @@ export function loadOptionsFromFlags(cmd: string, flags: ModelFlags): LoadOption
     kernels,
     preload: !flags['no-preload'],
     fastExperts: flags['fast-experts'] ?? false,
+    fast: flags.fast ?? false,
     mlaLatentEps: eps,
     kimiLinearBiasedWeights: flags['kimi-linear-biased-weights'] ?? false,
     io: ioMode(cmd, flags.io),

@@ -9,6 +9,9 @@ import type { WeightView } from './weight.js';
 export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
   const { cols, data } = w;
   switch (w.format) {
+    case 'q7':
+      // requantized rows (`--fast`) have no exact f32 values to stand for: only their kernel reads them
+      throw new TypeError(`${w.name}: q7 rows (requantized by --fast) are only read by the q7 product kernel`);
     case 'f32': {
       const src = new Float32Array(data.buffer, data.byteOffset + r * cols * 4, cols);
       out.set(src);

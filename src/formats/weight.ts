@@ -2,6 +2,8 @@
 // Kernels multiply straight from these bytes; nothing is dequantized into a second copy.
 
 export type WeightFormat = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
+/** A view's format: a checkpoint format, or 'q7', bf16 rows requantized at load by `--fast`. */
+export type ViewFormat = WeightFormat | 'q7';
 
 /**
  * A [rows, cols] matrix in one of the checkpoint formats (ARCHITECTURE.md §5):
@@ -10,10 +12,12 @@ export type WeightFormat = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
  * - int4: `data` little-endian i32 words [rows, ceil(cols/8)], low nibble first, value nibble-8;
  *         `scale` [rows, cols/32] in `scaleDtype`.
  * - mxfp4: `data` u8 [rows, cols/2], even column = low nibble, E2M1; `scale` u8 E8M0 [rows, cols/32].
+ * - q7: never in a checkpoint: bf16 trunk rows REQUANTIZED at load under `--fast`; `data` u8
+ *       [rows, cols] (7-bit value + 64), `scale` f32 [rows, cols/32] (kernels/wasm/q8-trunk.ts).
  */
 export interface WeightView {
   name: string;
-  format: WeightFormat;
+  format: ViewFormat;
   rows: number;
   cols: number;
   data: Uint8Array;

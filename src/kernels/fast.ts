@@ -24,8 +24,9 @@
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, type Fmt } from './wasm/kernels.js';
+import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
+import { quantizeQ8T, q8tBytes } from './wasm/q8-trunk.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, type MatmulOpWords } from './pool.js';
 import { formatMiB } from '../util/format.js';
@@ -272,6 +273,7 @@ export class Kernels {
     const { rows, cols, format } = w;
     if (!(rows >= 0 && cols >= 0 && Number.isInteger(rows) && Number.isInteger(cols))) throw new RangeError(`${w.name}: bad shape`);
     if (cols > this.maxCols) throw new RangeError(`${w.name}: ${cols} columns exceed maxCols ${this.maxCols} (createKernels option)`);
+    if (format === 'q7') return this.resolveQ7(w);
     const fmt = format as Fmt;
     if (!(format in FMT_CODE)) throw new TypeError(`${w.name}: unknown format ${format}`);
     const sdt = SDT[w.scaleDtype ?? 'F32'];
@@ -301,6 +303,18 @@ export class Kernels {
     return { fmt, w: d, s, sdt, rows, cols };
   }
 
+  /** A requantized trunk matrix (`--fast`, wasm/q8-trunk.ts): the bf16 entry with sdt Q7_SDT runs it. */
+  private resolveQ7(w: WeightView): Resolved {
+    const { rows, cols } = w;
+    if (cols % 32) throw new RangeError(`${w.name}: q7 needs columns in multiples of 32, got ${cols}`);
+    const dataBytes = rows * cols, scaleBytes = rows * (cols / 32) * 4;
+    if (w.data.byteLength < dataBytes) throw new RangeError(`${w.name}: ${w.data.byteLength} data bytes, need ${dataBytes}`);
+    if (!w.scale || w.scale.byteLength < scaleBytes) throw new RangeError(`${w.name}: scale has ${w.scale?.byteLength ?? 0} bytes, need ${scaleBytes}`);
+    const d = this.contains(w.data) ? w.data.byteOffset : this.copyIn(w.data.subarray(0, dataBytes));
+    const s = this.contains(w.scale) ? w.scale.byteOffset : this.copyIn(w.scale.subarray(0, scaleBytes));
+    return { fmt: 'bf16', w: d, s, sdt: Q7_SDT, rows, cols };
+  }
+
   /**
    * x [T, cols] in the layout the format's kernel wants: for T >= TILE_MIN_T token tiles
    * (tilex), below that the rows themselves or their permuted copy.
@@ -327,6 +341,14 @@ export class Kernels {
     if (x.length < T * cols) throw new RangeError(`activations: ${x.length} values, need ${T * cols}`);
     const r = this.alloc(q8Bytes(T, cols), 64);
     quantizeQ8(x, T, cols, r.u8);
+    return r.offset;
+  }
+
+  /** x [T, cols] quantized for the q7 trunk kernel (wasm/q8-trunk.ts quantizeQ8T), in the arena. */
+  private prepQ8T(x: Float32Array, T: number, cols: number): number {
+    if (x.length < T * cols) throw new RangeError(`activations: ${x.length} values, need ${T * cols}`);
+    const r = this.alloc(q8tBytes(T, cols), 64);
+    quantizeQ8T(x, T, cols, r.u8);
     return r.offset;
   }
 
@@ -372,12 +394,13 @@ export class Kernels {
         const tiled = T >= TILE_MIN_T;
         const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
         const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
+        const q7 = R.sdt === Q7_SDT;
         if (R.fmt === 'mxfp4' || R.fmt === 'int4') experts = true;
         let byPerm = xCache.get(op.x);
         if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
-        const key = q8 ? `q8:${R.cols}:${T}` : `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
+        const key = q8 ? `q8:${R.cols}:${T}` : q7 ? `q7:${R.cols}:${T}` : `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
         let x = byPerm.get(key);
-        if (x === undefined) byPerm.set(key, (x = q8 ? this.prepQ8(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled)));
+        if (x === undefined) byPerm.set(key, (x = q8 ? this.prepQ8(op.x, T, R.cols) : q7 ? this.prepQ8T(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled)));
         if (q8) R.sdt = Q8_SDT;
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
@@ -421,6 +444,7 @@ export class Kernels {
 
   private matvecTHeadsImpl(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
     if (H <= 0) return;
+    if (w.format === 'q7') throw new TypeError(`${w.name}: q7 (requantized by --fast) rows have no transposed product`);
     const m = this.mark();
     try {
       const R = this.resolve(w);
@@ -444,6 +468,7 @@ export class Kernels {
   }
 
   private matvecTUntimed(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
+    if (w.format === 'q7') throw new TypeError(`${w.name}: q7 (requantized by --fast) rows have no transposed product`);
     const m = this.mark();
     try {
       const R = this.resolve(w);
@@ -605,3 +630,6 @@ export function createKernels(opts: KernelsOptions = {}): Promise<Kernels> {
 // The bf16 block code of `k3 pack --compress`: encoder, reference and WebAssembly decoders.
 export { bf16Decoder } from './wasm/bf16-decode.js';
 export { CODE_NAME, REF_DECODER, blockRowsFor, decodeRunInPlace, encodeBlock, runRawBytes, runStoredBytes, type BlockDecoder, type CodedRun } from './bf16-code.js';
+
+// The `--fast` trunk requantization (bf16 rows to 7-bit blocks, in place; wasm/q8-trunk.ts).
+export { requantizeQ7InPlace, q7Bytes } from './wasm/q8-trunk.js';

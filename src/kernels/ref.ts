@@ -11,6 +11,7 @@
 // fp8 after the block scale is applied with one f32 rounding), then takes this same dot.
 
 import { decodeRow } from '../formats/decode.js';
+import { matmulQ7Ref } from './wasm/q8-trunk.js';
 import type { WeightView } from '../formats/weight.js';
 
 export { decodeRow };
@@ -57,6 +58,8 @@ export function dot(w: Float32Array, wo: number, x: Float32Array, xo: number, n:
  * result does not depend on T, on the row split, or on which tokens share the call.
  */
 export function matmul(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
+  // requantized trunk rows (`--fast`) have their own product: 8-bit activations, integer blocks
+  if (w.format === 'q7') return matmulQ7Ref(w, x, T, y, r0, r1);
   const { rows, cols } = w;
   const row = new Float32Array(cols);
   for (let r = r0; r < r1; r++) {

@@ -62,17 +62,22 @@ export class Model {
    * `open` (docs/NUMERICS.md). The kernels are the model's own: several models, each with its
    * own threads, can be loaded in one process.
    */
-  static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean } = {}): Promise<Model> {
+  static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean; fast?: boolean } = {}): Promise<Model> {
     const prepared = prepareStore(dir, { ...opts, stateSize });
     const plan = WeightStore.planOf(prepared);
     checkFloor(plan); // refuse a budget below the floor before the kernels' memory is allocated
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
-    group.fastExperts = opts.fastExperts ?? false;
+    group.fastExperts = (opts.fastExperts ?? false) || (opts.fast ?? false);
     try {
-      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, alloc: (n) => group.alloc(n) }), new Compute(group));
+      // optional, off by default: bf16 trunk requantized to 7-bit blocks as read (kernels/wasm/q8-trunk.ts)
+      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, fastTrunk: opts.fast ?? false, alloc: (n) => group.alloc(n) }), new Compute(group));
       model.owned = group;
+      if (opts.fast) {
+        const n = model.store.requantized;
+        (opts.notice ?? ((m: string) => process.stderr.write(m + '\n')))(`--fast: ${n.matrices} bf16 trunk matrices (${(n.bytes / 2 ** 20).toFixed(0)} MiB) are REQUANTIZED to 7-bit blocks as they are read, not used as stored; products with 8-bit activations (also the MXFP4 experts); not the exact numbers`);
+      }
       return model;
     } catch (e) {
       await group.close();

@@ -44,6 +44,8 @@ export interface TrunkMatrixLayout {
   cols: number;
   format: WeightFormat;
   whole: boolean;
+  /** Kept exact under `--fast` (names.ts TrunkMatrix.exact). */
+  exact: boolean;
   pieces: Piece[];
 }
 
@@ -140,7 +142,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       trunkBytes += piece.bytes;
       maxPieceBytes = Math.max(maxPieceBytes, piece.bytes);
     }
-    matrices.set(m.base, { base: m.base, rows: m.rows, cols: m.cols, format: p.format, whole: m.whole, pieces });
+    matrices.set(m.base, { base: m.base, rows: m.rows, cols: m.cols, format: p.format, whole: m.whole, exact: m.exact ?? false, pieces });
   }
 
   const names = namesOf(cfg);

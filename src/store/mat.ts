@@ -3,14 +3,14 @@
 // or whole (for matrices read by row, like MLA's kv_b). A view is valid only inside the callback;
 // after it returns the store may reuse the memory.
 
-import type { WeightFormat, WeightView } from '../formats/weight.js';
+import type { ViewFormat, WeightView } from '../formats/weight.js';
 import { decodeRow } from '../formats/decode.js';
 
 export interface Mat {
   readonly name: string;
   readonly rows: number;
   readonly cols: number;
-  readonly format: WeightFormat;
+  readonly format: ViewFormat;
   /** Held in memory for as long as the Mat is lent (its view may be used outside the callbacks while the lender's call lasts). */
   readonly resident?: boolean;
   /** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order. */

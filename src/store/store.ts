@@ -19,11 +19,12 @@ import { decodeRow } from '../formats/decode.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { makeReader, type IoMode } from './direct-reader.js';
 import { CyclePolicy, ExpertCache, expertKey, keyLayer } from './expert-cache.js';
-import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range } from './layout.js';
+import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range, type TrunkMatrixLayout } from './layout.js';
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
-import { bf16Decoder, decodeRunInPlace } from '../kernels/fast.js';
+import { bf16Decoder, decodeRunInPlace, q7Bytes, requantizeQ7InPlace } from '../kernels/fast.js';
+import type { WeightView } from '../formats/weight.js';
 import { withChecksums } from './checksums.js';
 import type { VerifyMode } from './verified-reader.js';
 
@@ -116,6 +117,13 @@ export interface StoreOptions {
   lookahead?: boolean;
   /** Check bytes with known sha256 (packed records, `k3 verify` sidecars): on first read (default), every read, or not at all. */
   verifyReads?: VerifyMode | 'off';
+  /**
+   * `--fast`: REQUANTIZE the bf16 trunk matrices to 7-bit blocks (kernels/wasm/q8-trunk.ts) as
+   * each piece is read, pinned or streamed alike, so the numbers do not depend on the budget.
+   * Not MLA's kv_b (read by rows) nor the MoE router (names.ts TrunkMatrix.exact). In place in the
+   * piece's buffer: the plan's bytes are the file's (the q7 bytes take 56% of them).
+   */
+  fastTrunk?: boolean;
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -133,6 +141,8 @@ export class WeightStore {
   /** Test hook: told of every expert read, expert use and matrix use, in order. */
   trace: ((e: StoreEvent) => void) | null = null;
   private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void> }>();
+  /** Trunk matrices requantized to q7 as they are read (`fastTrunk`). */
+  private readonly q7 = new Set<string>();
   private readonly ring: Ring;
   private readonly smalls = new Map<string, Promise<Float32Array>>();
   private readonly cache: ExpertCache<number>;
@@ -150,7 +160,9 @@ export class WeightStore {
     chunk: number,
     private readonly alloc: (bytes: number) => Uint8Array = plainAlloc,
     parallel = 0,
+    fastTrunk = false,
   ) {
+    if (fastTrunk) for (const m of layout.matrices.values()) if (fastEligible(m)) this.q7.add(m.base);
     this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
@@ -170,7 +182,7 @@ export class WeightStore {
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
     const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
     const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
-    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel);
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false);
     store.lookahead = opts.lookahead ?? true;
     return store;
   }
@@ -210,6 +222,11 @@ export class WeightStore {
   }
 
   private async readPiece(p: Piece, into: Uint8Array): Promise<void> {
+    await this.readStored(p, into);
+    if (this.q7.has(p.base)) requantizeQ7InPlace(into, p.r1 - p.r0, p.cols);
+  }
+
+  private async readStored(p: Piece, into: Uint8Array): Promise<void> {
     if (p.code) {
       // Coded rows (k3 pack --compress): the stored bytes go to the end of the piece's buffer and decode in place.
       await this.readRange(p.data, into.subarray(p.bytes - p.data.length, p.bytes));
@@ -222,6 +239,25 @@ export class WeightStore {
     if (p.scale) reads.push(this.readRange(p.scale, into.subarray(dataLen, dataLen + p.scale.length)));
     await Promise.all(reads);
     this.stats.trunkBytesRead += p.bytes;
+  }
+
+  /** The view of a piece's buffer: as stored, or the q7 rows it was requantized to. */
+  private viewOf(p: Piece, buf: Uint8Array, base: string): WeightView {
+    if (!this.q7.has(p.base)) return pieceView(p, buf, base);
+    const rows = p.r1 - p.r0;
+    return { name: base, format: 'q7', rows, cols: p.cols, data: buf.subarray(0, rows * p.cols), scale: buf.subarray(rows * p.cols, q7Bytes(rows, p.cols)) };
+  }
+
+  /** Whether the trunk matrices `--fast` requantizes include `base`. */
+  isRequantized(base: string): boolean {
+    return this.q7.has(base);
+  }
+
+  /** How many trunk matrices (and their stored bytes) `--fast` requantizes. */
+  get requantized(): { matrices: number; bytes: number } {
+    let bytes = 0;
+    for (const b of this.q7) for (const p of this.layout.matrices.get(b)!.pieces) bytes += p.bytes;
+    return { matrices: this.q7.size, bytes };
   }
 
   private async acquirePiece(p: Piece): Promise<Uint8Array> {
@@ -258,6 +294,7 @@ export class WeightStore {
       return buf;
     };
     const release = (p: Piece) => this.releasePiece(p);
+    const view = (p: Piece, buf: Uint8Array) => this.viewOf(p, buf, base);
     return {
       name: base,
       rows,
@@ -269,7 +306,7 @@ export class WeightStore {
         for (const p of m.pieces) {
           const buf = await acquire(p);
           try {
-            fn(pieceView(p, buf, base), p.r0);
+            fn(view(p, buf), p.r0);
           } finally {
             release(p);
           }
@@ -280,7 +317,7 @@ export class WeightStore {
         const p = m.pieces[0]!;
         const buf = await acquire(p);
         try {
-          return fn(pieceView(p, buf, base));
+          return fn(view(p, buf));
         } finally {
           release(p);
         }
@@ -573,6 +610,11 @@ export class WeightStore {
     await Promise.allSettled(this.slotBusy);
     this.reader.close();
   }
+}
+
+/** The trunk matrices `--fast` requantizes: bf16 products in 32-column blocks, not read by rows, not the router. */
+export function fastEligible(m: TrunkMatrixLayout): boolean {
+  return m.format === 'bf16' && !m.whole && !m.exact && m.cols % 32 === 0;
 }
 
 export type Prepared = ReturnType<typeof prepareStore>;

@@ -30,10 +30,14 @@ import {
 import { addFused } from './fused.js';
 import { addAct } from './act.js';
 import { addQ8 } from './q8.js';
+import { addQ7 } from './q8-trunk.js';
 
 /** `sdt` word of an mxfp4 matmul op that selects the optional 8-bit-activation kernel (q8.ts):
  *  x is then quantizeQ8's output. mxfp4 has E8M0 scales, so sdt is otherwise unused there. */
 export const Q8_SDT = 3;
+/** `sdt` word of a bf16 matmul op that selects the `--fast` trunk kernel (q8-trunk.ts): w is then a
+ *  'q7' matrix (requantized, not bf16) and x quantizeQ8T's output. bf16 has no scales otherwise. */
+export const Q7_SDT = 4;
 
 export const CTRL_BYTES = 16384;
 export const MX_PLANES = 16384; // 256 * 32 bytes
@@ -695,12 +699,14 @@ function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>): void {
   // optional fast path (q8.ts): mm_mxfp4 with sdt = Q8_SDT runs it instead
   const { fnx, K, opts, fns } = gen;
   const mmq8 = addQ8(fnx, K, opts.relaxed);
+  const mmq7 = addQ7(fnx, K, opts.relaxed);
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));
     const mmt = fns.find((g) => g.name === `mmt_${fmt}`)!;
     const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
-    f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact]) : exact;
+    f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact])
+      : fmt === 'bf16' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q7_SDT)), [call(reg(mmq7), ...args)], [exact]) : exact;
   }
 }
 

@@ -1,0 +1,268 @@
+// The `--fast` path for the trunk's bf16 products: the weights REQUANTIZED once at load to 7-bit
+// blocks (this is not the stored weights; docs/NUMERICS.md "Opt-in fast paths"), activations
+// quantized to 8 bits per call, integer block dots. Deterministic: every output is reduced in one
+// fixed order that depends neither on the thread count nor on T, and the Wasm kernel gives the
+// bytes of the TypeScript reference below, relaxed SIMD on or off (test/fast-trunk.test.ts).
+//
+// Weights (requantizeQ7InPlace, once per piece when it is read): per row and block b of 32
+// columns of bf16 values w_i,
+//   amax = max |w_i|,  d = f32(amax / 63),  id = d ? f32(1 / d) : 0,
+//   q_i = clamp(roundHalfAway(f32(w_i * id)), -63, 63),   stored byte q_i + 64 (1..127).
+// Layout ('q7' WeightView): rows * cols bytes, row-major, natural column order; then the
+// rows * nb f32 scales d. It takes 1.125 bytes a weight, so it is written over the bf16 bytes.
+//
+// Why 7 bits: i32x4.relaxed_dot_i8x16_i7x16_add_s(a, b, c) is exact on every platform only when
+// every byte of its SECOND operand b has the top bit clear (0..127); then x86 (pmaddubsw, b as
+// unsigned) and Arm (sdot, signed) read the same values, and the i16 pair sums
+// (|.| <= 2 * 127 * 127) never saturate. The weight is that operand, offset by 64 into 1..127.
+//
+// Activations (quantizeQ8T, per call and token, natural order): per token and block b,
+//   amax = max |x_i|,  d = f32(amax / 127),  id = d ? f32(1 / d) : 0,
+//   q_i = clamp(roundHalfAway(f32(x_i * id)), -127, 127) (int8),  c_b = 64 * sum_b q_i.
+// One token: cols int8; after all T tokens' bytes come T * nb f32 scales d, then T * nb i32 c_b.
+//
+// One output y[t, r] (nb = cols / 32 blocks, G = nb & ~3):
+//   B_b = sum over the block of q_x * (q_w + 64) - c_b  (i32, exact: |.| <= 32 * 127 * 127)
+//   s_b = f32(dx_b * dw_b),  u_b = f32(f32(B_b) * s_b)
+//   lanes l_0..l_3 = +0;  for b < G, ascending: l_{b%4} = f32(l_{b%4} + u_b)
+//   acc = f32(f32(l_0 + l_1) + f32(l_2 + l_3));  for G <= b < nb, ascending: acc = f32(acc + u_b)
+// Threads split rows, never a dot; up to 4 tokens share one load of the weight blocks.
+//
+// Wasm (mmq7): relaxed SIMD: two relaxed dot-adds per block. Plain SIMD: i16x8.extmul_{low,high}
+// (|q_x (q_w + 64)| <= 16129, two added per i16 lane <= 32258), i32x4.extadd_pairwise_i16x8_s.
+// Integer sums are exact, so both variants give the same i32 and the same bytes.
+
+import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
+
+type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
+type ConstLocal = (f: Fn, b: Uint8Array) => number;
+
+const fr = Math.fround;
+/** The offset that makes a 7-bit weight value a non-negative byte. */
+export const Q7_OFF = 64;
+const QW = 63;
+
+/** Bytes of a [rows, cols] matrix requantized to 'q7' (int bytes, then f32 scales). */
+export function q7Bytes(rows: number, cols: number): number {
+  return rows * cols + rows * (cols / 32) * 4;
+}
+
+/** Bytes quantizeQ8T writes for T tokens of `cols` columns. */
+export function q8tBytes(T: number, cols: number): number {
+  return T * cols + T * (cols / 32) * 8;
+}
+
+const roundQ = (v: number, lim: number): number => {
+  let n = v < 0 ? -Math.floor(-v + 0.5) : Math.floor(v + 0.5);
+  if (n > lim) n = lim;
+  else if (n < -lim) n = -lim;
+  return n | 0; // NaN -> 0
+};
+
+/**
+ * Requantize `rows` bf16 rows of `cols` columns (a multiple of 32) at buf[0 ..) to the 'q7' layout,
+ * in place (see the top). Row r's bytes land at [r*cols, (r+1)*cols), below its bf16 bytes, and
+ * the scales are kept aside until every row is read, so nothing is overwritten before it is read.
+ */
+export function requantizeQ7InPlace(buf: Uint8Array, rows: number, cols: number): void {
+  if (cols % 32) throw new RangeError(`q7: columns ${cols} not a multiple of 32`);
+  const nb = cols / 32;
+  const bits = new Uint32Array(cols);
+  const vals = new Float32Array(bits.buffer);
+  const scales = new Float32Array(rows * nb);
+  // bf16 pairs read as u16 where aligned (kernel memory always is), else byte by byte
+  const u16 = buf.byteOffset % 2 === 0 ? new Uint16Array(buf.buffer, buf.byteOffset, rows * cols) : null;
+  for (let r = 0; r < rows; r++) {
+    const o = r * cols;
+    if (u16) for (let i = 0; i < cols; i++) bits[i] = u16[o + i]! << 16;
+    else for (let i = 0; i < cols; i++) bits[i] = (buf[2 * (o + i)]! | (buf[2 * (o + i) + 1]! << 8)) << 16;
+    for (let b = 0; b < nb; b++) {
+      const c0 = b * 32;
+      let amax = 0;
+      for (let i = c0; i < c0 + 32; i++) {
+        const a = Math.abs(vals[i]!);
+        if (a > amax) amax = a;
+      }
+      const d = fr(amax / QW);
+      const id = d ? fr(1 / d) : 0;
+      for (let i = c0; i < c0 + 32; i++) {
+        // round half away from zero (|v| <= 63 + rounding, so the int conversions are exact); NaN -> 0
+        const v = fr(vals[i]! * id);
+        let n = v < 0 ? -((0.5 - v) | 0) : (v + 0.5) | 0;
+        if (n > QW) n = QW;
+        else if (n < -QW) n = -QW;
+        buf[o + i] = n + Q7_OFF;
+      }
+      scales[r * nb + b] = d;
+    }
+  }
+  buf.set(new Uint8Array(scales.buffer), rows * cols);
+}
+
+/**
+ * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8tBytes(T, cols) bytes, offset a
+ * multiple of 4): per token the int8 values, then all tokens' f32 scales, then the i32 c_b.
+ */
+export function quantizeQ8T(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
+  if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
+  const nb = cols / 32;
+  const q = new Int8Array(out.buffer, out.byteOffset, T * cols);
+  const dx = new Float32Array(out.buffer, out.byteOffset + T * cols, T * nb);
+  const corr = new Int32Array(out.buffer, out.byteOffset + T * cols + 4 * T * nb, T * nb);
+  for (let t = 0; t < T; t++) {
+    for (let b = 0; b < nb; b++) {
+      const base = t * cols + b * 32;
+      let amax = 0;
+      for (let i = 0; i < 32; i++) {
+        const a = Math.abs(x[base + i]!);
+        if (a > amax) amax = a;
+      }
+      const d = fr(amax / 127);
+      const id = d ? fr(1 / d) : 0;
+      let sq = 0;
+      for (let i = 0; i < 32; i++) {
+        const n = roundQ(fr(x[base + i]! * id), 127);
+        q[base + i] = n;
+        sq += n;
+      }
+      dx[t * nb + b] = d;
+      corr[t * nb + b] = Q7_OFF * sq;
+    }
+  }
+}
+
+/** TypeScript reference of mmq7: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
+export function matmulQ7Ref(w: { name: string; format: string; rows: number; cols: number; data: Uint8Array; scale?: Uint8Array }, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
+  if (w.format !== 'q7') throw new TypeError(`q7 path: ${w.name} is ${w.format}, not q7`);
+  const { rows, cols } = w;
+  const nb = cols / 32, G = nb & ~3;
+  const buf = new Uint8Array(q8tBytes(T, cols));
+  quantizeQ8T(x, T, cols, buf);
+  const q = new Int8Array(buf.buffer, 0, T * cols);
+  const dx = new Float32Array(buf.buffer, T * cols, T * nb);
+  const corr = new Int32Array(buf.buffer, T * cols + 4 * T * nb, T * nb);
+  const data = w.data;
+  const sv = new DataView(w.scale!.buffer, w.scale!.byteOffset, w.scale!.byteLength);
+  const l = new Float32Array(4);
+  for (let r = r0; r < r1; r++) {
+    for (let t = 0; t < T; t++) {
+      l.fill(0);
+      const u = (b: number): number => {
+        const wp = r * cols + b * 32, xp = t * cols + b * 32;
+        let B = 0;
+        for (let i = 0; i < 32; i++) B += q[xp + i]! * data[wp + i]!;
+        B -= corr[t * nb + b]!;
+        return fr(B * fr(dx[t * nb + b]! * sv.getFloat32(4 * (r * nb + b), true)));
+      };
+      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
+      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
+      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
+      y[t * rows + r] = acc;
+    }
+  }
+}
+
+// ---- the Wasm kernel -------------------------------------------------------------------------
+
+const simd = (op: number): number[] => [0xfd, ...uleb(op)];
+const vbin = (op: number) => (a: Code, b: Code): Code => [a, b, simd(op)];
+const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
+const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
+const i16add = vbin(0x8e); // i16x8.add
+const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
+/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a signed, b 7-bit, c). */
+const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
+const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
+
+/**
+ * mmq7(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; w the q7 bytes,
+ * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.)
+ */
+export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
+  const f = fnx('mmq7', { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 }, null, false);
+  const P = (n: string): Code => get(f.p(n));
+  const zero = K(f, splat32(0));
+  const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
+  const r = L('r'), t = L('t'), nb = L('nb'), G = L('G'), wrow = L('wrow'), srow = L('srow');
+  const p = L('p'), e = L('e'), g = L('g'), dbase = L('dbase'), cbase = L('cbase');
+  const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
+  const acc = f.local('acc', F32), u = f.local('u', F32);
+  const wl = L('wl', V128), wh = L('wh', V128), bs = L('bs', V128), sw = L('sw', V128);
+  const TTMAX = 4;
+  const per = (n: string, ty: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, ty));
+  const qk = per('q'), dk = per('dp'), ck = per('cp'), lanes = per('lanes', V128);
+  const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
+  const u01 = per('u01', V128), u23 = per('u23', V128);
+  /** i32x4 of partial sums of q_x (q_w + 64) of block j (weights in wl, wh) for the token at a. */
+  const dot = (a: number, j: number): Code => relaxed
+    ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(wh), relaxedDotAdd(v128.load(get(a), 32 * j), get(wl), get(zero)))
+    : i32x4.add(
+      extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a), 32 * j)), extmulHi(get(wl), v128.load(get(a), 32 * j)))),
+      extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 32 * j + 16)), extmulHi(get(wh), v128.load(get(a), 32 * j + 16)))));
+  const load = (j: number, at: number = p): Code[] => [set(wl, v128.load(get(at), 32 * j)), set(wh, v128.load(get(at), 32 * j + 16))];
+  const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
+  const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
+  /** Tokens t .. t + TT - 1 of row r: each weight block is loaded once for the TT tokens. */
+  const tokens = (TT: number): Code[] => {
+    const ks = Array.from({ length: TT }, (_, k) => k);
+    return [
+      set(p, get(wrow)), set(e, get(srow)),
+      ...ks.flatMap((k) => [
+        set(qk[k]!, i32.add(P('x'), i32.mul(i32.add(get(t), i32.const(k)), P('cols')))),
+        set(dk[k]!, i32.add(get(dbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
+        set(ck[k]!, i32.add(get(cbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
+        set(lanes[k]!, get(zero)),
+      ]),
+      set(g, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(g), get(G))),
+        ...load(0), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
+        ...load(1), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
+        ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
+        ...load(2), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
+        ...load(3), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
+        ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
+        set(sw, v128.load(get(e))),
+        ...ks.flatMap((k) => [
+          // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
+          set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
+          set(lanes[k]!, f32x4.add(get(lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
+          set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
+        ]),
+        set(p, i32.add(get(p), i32.const(128))), set(e, i32.add(get(e), i32.const(16))),
+        set(g, i32.add(get(g), i32.const(4))), br(0))),
+      ...ks.flatMap((k) => [
+        set(acc, f32.add(f32.add(fl(get(lanes[k]!), 0), fl(get(lanes[k]!), 1)), f32.add(fl(get(lanes[k]!), 2), fl(get(lanes[k]!), 3)))),
+        // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
+        set(g2, get(g)), set(p2, get(p)), set(e2, get(e)),
+        block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
+          ...load(0, p2),
+          set(bs, dot(qk[k]!, 0)),
+          set(u, f32.mul(f32.convert_i32_s(
+            i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
+              i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
+          f32.mul(f32.load(get(dk[k]!)), f32.load(get(e2))))),
+          set(acc, f32.add(get(acc), get(u))),
+          set(p2, i32.add(get(p2), i32.const(32))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
+          set(e2, i32.add(get(e2), i32.const(4))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
+          set(g2, i32.add(get(g2), i32.const(1))), br(0))),
+        f32.store(i32.add(P('y'), i32.shl(i32.add(i32.mul(i32.add(get(t), i32.const(k)), P('rows')), get(r)), i32.const(2))), get(acc)),
+      ]),
+    ];
+  };
+  f.body = [
+    set(nb, i32.shr_u(P('cols'), i32.const(5))),
+    set(G, i32.and(get(nb), i32.const(-4))),
+    set(dbase, i32.add(P('x'), i32.mul(P('T'), P('cols')))),
+    set(cbase, i32.add(get(dbase), i32.shl(i32.mul(P('T'), get(nb)), i32.const(2)))),
+    set(r, P('r0')),
+    block(loop(br_if(1, i32.ge_u(get(r), P('r1'))),
+      set(wrow, i32.add(P('w'), i32.mul(get(r), P('cols')))),
+      set(srow, i32.add(P('s'), i32.shl(i32.mul(get(r), get(nb)), i32.const(2)))),
+      set(t, i32.const(0)),
+      ...[4, 2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
+        ...tokens(TT),
+        set(t, i32.add(get(t), i32.const(TT))), br(0)))),
+      set(r, i32.add(get(r), i32.const(1))), br(0))),
+  ];
+  return f;
+}
