@@ -12,6 +12,7 @@
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
 import { FMTS, CTRL_BYTES } from './wasm/kernels.js';
+import { ACT_FNS } from './wasm/act.js';
 
 // control block layout (i32 words from the start of the memory)
 const SEQ = 0;
@@ -32,12 +33,20 @@ export const OP_MLA_WSUM = 3;
  *  rStride, n, x, xStride, y, yStride (strides in rows / bytes), heads [h0, h1) in words 14, 15;
  *  head h is mvT_<fmt> over rows r0 + h*rStride .. +n, x at x + h*xStride, y at y + h*yStride. */
 export const OP_MVT = 4;
+/** The whole KDA block of a token (wasm/kda-block.ts): one word, its parameter block. */
+export const OP_KDA_BLOCK = 5;
+/** Gated activations of a batch (wasm/act.ts), split by 4-element units: words fn (index into
+ *  ACT_OPS), g, u, o, pb, units [a, b) in words 14, 15; a thread runs act(g + 16a, u + 16a, o + 16a, 4(b - a), pb). */
+export const OP_ACT = 6;
+export const ACT_OPS = [ACT_FNS.silu, ACT_FNS.situ, ACT_FNS.situ_bl] as const;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
   [OP_MLA_SCORES]: ['mla_scores', 10],
   [OP_MLA_WSUM]: ['mla_wsum', 5],
   [OP_MVT]: ['', 13],
+  [OP_KDA_BLOCK]: ['kda_block', 1],
+  [OP_ACT]: ['', 5],
 };
 
 /** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
@@ -95,6 +104,11 @@ export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch
         mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
           ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
       }
+      continue;
+    }
+    if (ctrl[o] === OP_ACT) {
+      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
+      if (a < b) ex[ACT_OPS[ctrl[o + 1]!]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
       continue;
     }
     if (ctrl[o] !== OP_MATMUL) {
