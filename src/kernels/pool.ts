@@ -89,41 +89,58 @@ export function share(r0: number, r1: number, tid: number, n: number): [number, 
   return [r0 + Math.floor((len * tid) / n), r0 + Math.floor((len * (tid + 1)) / n)];
 }
 
+/** An instance's exports looked up once (runOps runs for every dispatch on every thread). */
+interface Bound {
+  mm: ((...a: number[]) => number)[];
+  mvT: ((...a: number[]) => number)[];
+  act: ((...a: number[]) => number)[];
+  fused: Record<number, (...a: number[]) => number>;
+}
+const bound = new WeakMap<KernelExports, Bound>();
+
+function bind(ex: KernelExports): Bound {
+  let b = bound.get(ex);
+  if (!b) {
+    const fused: Record<number, (...a: number[]) => number> = {};
+    for (const [k, [fn]] of Object.entries(FUSED)) if (fn) fused[Number(k)] = ex[fn]!;
+    b = { mm: FMTS.map((f) => ex[`mm_${f}`]!), mvT: FMTS.map((f) => ex[`mvT_${f}`]!), act: ACT_OPS.map((f) => ex[f]!), fused };
+    bound.set(ex, b);
+  }
+  return b;
+}
+
 /** Run this thread's share of the ops in the control block. */
 export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch: number): void {
   const nops = ctrl[NOPS]!;
   const nth = ctrl[NTHREADS]!;
   if (tid >= nth) return;
-  const mm = FMTS.map((f) => ex[`mm_${f}`]!);
+  const B = bind(ex);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
-    if (ctrl[o] === OP_MVT) {
-      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-      const mvT = ex[`mvT_${FMTS[ctrl[o + 1]!]}`]!;
+    const kind = ctrl[o]!;
+    if (kind === OP_MATMUL) {
+      const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
+      if (a < b) B.mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
+      continue;
+    }
+    // the other kinds split a range [h0, h1) in words 14, 15 like rows (heads, or act units)
+    const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
+    if (a >= b) continue;
+    if (kind === OP_MVT) {
+      const mvT = B.mvT[ctrl[o + 1]!]!;
       for (let h = a; h < b; h++) {
         mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
           ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
       }
-      continue;
-    }
-    if (ctrl[o] === OP_ACT) {
-      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-      if (a < b) ex[ACT_OPS[ctrl[o + 1]!]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
-      continue;
-    }
-    if (ctrl[o] !== OP_MATMUL) {
-      // fused op: heads [h0, h1) split like rows
-      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-      if (a >= b) continue;
-      const [fn, nargs] = FUSED[ctrl[o]!]!;
+    } else if (kind === OP_ACT) {
+      B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
+    } else {
+      // fused op: its arguments, then the head range
+      const nargs = FUSED[kind]![1];
       const args: number[] = [];
       for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
-      ex[fn]!(...args, a, b);
-      continue;
+      B.fused[kind]!(...args, a, b);
     }
-    const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
-    if (a >= b) continue;
-    mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
   }
 }
 
