@@ -48,7 +48,7 @@ function sameBytes(got: Float32Array, want: Float32Array, what: string): void {
 let ks: Kernels[] = [];
 before(async () => {
   const o = { memoryBytes: 16 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096 };
-  ks = [await createKernels({ ...o, threads: 1 }), await createKernels({ ...o, threads: 2, relaxed: false })];
+  ks = [await createKernels({ ...o, threads: 1 }), await createKernels({ ...o, threads: 2, relaxed: false }), await createKernels({ ...o, threads: 2, minWorkPerThread: 1 })];
 });
 after(async () => {
   await Promise.all(ks.map((k) => k.close()));
@@ -80,6 +80,19 @@ test('gatedAct: WebAssembly == reference, bytes (random, extreme, every length m
     const got = new Float32Array(E * E);
     ks[0]!.gatedAct(g, u, got, kind, b, bl);
     sameBytes(got, want, `${kind} extremes`);
+  }
+});
+
+test('gatedActBatch: several arrays (odd lengths, empty) in one dispatch, split across threads == gatedActRef of each', () => {
+  for (const { kind, b, bl } of CASES) {
+    const lens = [5, 0, 768, 1, 13, 1024, 3];
+    const gs = lens.map(inputs), us = lens.map(inputs);
+    const want = lens.map((n, i) => gatedActRef(gs[i]!, us[i]!, new Float32Array(n), kind, b, bl));
+    for (const k of ks) {
+      const items = lens.map((n, i) => ({ gate: gs[i]!, up: us[i]!, out: new Float32Array(n).fill(7) }));
+      k.gatedActBatch(items, kind, b, bl);
+      items.forEach((it, i) => sameBytes(it.out, want[i]!, `${kind} batch item ${i} threads=${k.threads}`));
+    }
   }
 });
 

@@ -4,7 +4,7 @@
 // uses a group of kernel instances, each with its own memory and workers; a weight is computed
 // by the instance whose memory it lives in.
 
-import { createKernels, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
+import { createKernels, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
@@ -109,7 +109,9 @@ export class KernelGroup {
   }
 }
 
-export type { MatmulOp } from './fast.js';
+export type { KdaBlockArgs, MatmulOp } from './fast.js';
+/** The exp and sigmoid the fused KDA block computes with (wasm/act.ts), for its reference in src/model. */
+export { expRef, sigmoidRef } from './wasm/act.js';
 
 /** The canonical f32 dot of the reference kernels (ref.dot), for model code's own reference loops. */
 export const dot = ref.dot;
@@ -160,6 +162,34 @@ export class Compute {
     return true;
   }
 
+  /**
+   * The KDA block of a token (or T tokens) after its projections, in one dispatch (see
+   * Kernels.kdaBlock), when the state (S, conv, work) lives in this group's memory. The layer's
+   * constant vectors (taps, dt_bias, o_norm) are placed in kernel memory once and reused.
+   */
+  kdaBlock(a: KdaBlockArgs): boolean {
+    const kk = this.kernels?.ownerOf(a.S);
+    if (!kk || !kk.contains(a.conv) || !kk.contains(a.work)) return false;
+    const c = (v: Float32Array): Float32Array => this.resident(kk, v);
+    kk.kdaBlock({ ...a, qConv: c(a.qConv), kConv: c(a.kConv), vConv: c(a.vConv), dtBias: c(a.dtBias), oNorm: c(a.oNorm) });
+    return true;
+  }
+
+  private readonly placed = new WeakMap<Float32Array, Float32Array>();
+
+  /** A copy of the constant vector v in kk's memory, made once (v itself if it is there already or there is no room). */
+  private resident(kk: Kernels, v: Float32Array): Float32Array {
+    if (kk.contains(v)) return v;
+    let p = this.placed.get(v);
+    if (!p) {
+      const a = this.kernels!.allocF32(v.length);
+      p = kk.contains(a) ? a : v;
+      p.set(v);
+      this.placed.set(v, p);
+    }
+    return p;
+  }
+
   /** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
   mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
     const kk = this.kernels?.ownerOf(lat);
@@ -181,9 +211,14 @@ export class Compute {
    * the member holding gate, else the first; without kernels, gatedActRef. Same bytes.
    */
   gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
+    this.gatedActBatch([{ gate, up, out }], kind, b, bl);
+  }
+
+  /** gatedAct of several arrays in one dispatch (Kernels.gatedActBatch, by the first member); same bytes as one call each. */
+  gatedActBatch(items: readonly { gate: Float32Array; up: Float32Array; out: Float32Array }[], kind: ActKind, b: number, bl: number | null): void {
     const g = this.kernels;
-    if (g) (g.ownerOf(gate) ?? g.members[0]!).gatedAct(gate, up, out, kind, b, bl);
-    else gatedActRef(gate, up, out, kind, b, bl);
+    if (g) g.members[0]!.gatedActBatch(items, kind, b, bl);
+    else for (const { gate, up, out } of items) gatedActRef(gate, up, out, kind, b, bl);
   }
 
   /**

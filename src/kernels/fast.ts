@@ -28,7 +28,8 @@ import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { quantizeQ8T, q8tBytes } from './wasm/q8-trunk.js';
 import { ACT_FNS, type ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, type MatmulOpWords } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, ACT_OPS, type MatmulOpWords } from './pool.js';
+import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
 import { formatMiB } from '../util/format.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
 
@@ -55,6 +56,35 @@ export interface KernelsOptions {
   /** Column tiles of the fused kernels (tuning; see wasm/fused.ts). */
   kdaTile?: number;
   wsumTile?: number;
+}
+
+/** Arguments of Kernels.kdaBlock (see wasm/kda-block.ts for the numbers). */
+export interface KdaBlockArgs {
+  S: Float32Array;
+  conv: Float32Array;
+  work: Float32Array;
+  qr: Float32Array;
+  kr: Float32Array;
+  vr: Float32Array;
+  zOrAlpha: Float32Array;
+  b: Float32Array;
+  gamma: Float32Array;
+  y: Float32Array;
+  qConv: Float32Array;
+  kConv: Float32Array;
+  vConv: Float32Array;
+  dtBias: Float32Array;
+  /** exp(A_log) per head, in double. */
+  A: Float64Array;
+  oNorm: Float32Array;
+  H: number;
+  d: number;
+  W: number;
+  T: number;
+  mode: 'bounded' | 'given';
+  eps: number;
+  lambda: number;
+  qScale: number;
 }
 
 /** A region of kernel memory. */
@@ -534,6 +564,53 @@ export class Kernels {
   }
 
   /**
+   * The KDA block of T tokens after the projections (wasm/kda-block.ts): short conv, L2, decay
+   * (mode 'bounded'; 'given': `zOrAlpha` is α [T, P]), β, delta rule and gated norm, heads split
+   * across the pool. S, conv and work must lie in this memory (the sequence state); the other
+   * arrays are used in place or copied in; y [T, P] is written. As kdaRecurrence in src/model/kda.ts.
+   */
+  kdaBlock(a: KdaBlockArgs): void {
+    this.timedCall(() => this.kdaBlockImpl(a));
+  }
+
+  private kdaBlockImpl(a: KdaBlockArgs): void {
+    const { H, d, W, T } = a;
+    const P = H * d;
+    if (!this.contains(a.S) || !this.contains(a.conv) || !this.contains(a.work)) throw new RangeError('kdaBlock: the state must lie in kernel memory');
+    if (a.S.length < P * d || a.conv.length < 3 * (W - 1) * P || a.work.length < 5 * P + H) throw new RangeError('kdaBlock: state too small');
+    if (a.A.length < H) throw new RangeError('kdaBlock: A too short');
+    const m = this.mark();
+    try {
+      const pb = this.alloc(KDA_BLOCK_BYTES + 8 * H, 16).offset;
+      const buf = this.buffer;
+      const w: Record<(typeof KDA_BLOCK_WORDS)[number], number> = {
+        S: a.S.byteOffset, conv: a.conv.byteOffset, work: a.work.byteOffset,
+        qr: this.f32In(a.qr, T * P, 'kda qr'), kr: this.f32In(a.kr, T * P, 'kda kr'), vr: this.f32In(a.vr, T * P, 'kda vr'),
+        z: this.f32In(a.zOrAlpha, T * P, 'kda z'), b: this.f32In(a.b, T * H, 'kda b'), gamma: this.f32In(a.gamma, T * P, 'kda gamma'),
+        y: 0,
+        qConv: this.f32In(a.qConv, P * W, 'kda qConv'), kConv: this.f32In(a.kConv, P * W, 'kda kConv'), vConv: this.f32In(a.vConv, P * W, 'kda vConv'),
+        dtBias: this.f32In(a.dtBias, P, 'kda dtBias'), A: pb + KDA_BLOCK_BYTES, oNorm: this.f32In(a.oNorm, d, 'kda oNorm'),
+        d, H, W, T, mode: a.mode === 'bounded' ? 1 : 0,
+      };
+      if (a.y.length < T * P) throw new RangeError(`kda y: ${a.y.length} values, need ${T * P}`);
+      const yIn = this.contains(a.y);
+      w.y = yIn ? a.y.byteOffset : this.alloc(T * P * 4).offset;
+      const words = new Int32Array(buf, pb, KDA_BLOCK_WORDS.length);
+      KDA_BLOCK_WORDS.forEach((k, i) => (words[i] = w[k]));
+      const f = new Float64Array(buf, pb, KDA_BLOCK_BYTES / 8 + H);
+      f[KDA_BLOCK_F64.eps / 8] = a.eps;
+      f[KDA_BLOCK_F64.lambda / 8] = a.lambda;
+      f[KDA_BLOCK_F64.qScale / 8] = a.qScale;
+      f.set(a.A.subarray(0, H), KDA_BLOCK_BYTES / 8);
+      // work per head and token: the delta rule's 2·d² plus the element-wise pieces (~8 exps per channel)
+      this.runFused(OP_KDA_BLOCK, 'kda_block', [pb], H, T * (2 * P * d + 64 * P));
+      if (!yIn) a.y.set(new Float32Array(this.buffer, w.y, T * P));
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /**
    * MLA scores of H heads against n cached positions: out[h*n + s] =
    * f32(f32(dot(qLat[h*Lk ..], lat[s*Lk ..]) + dot(q[qo + h*qStride ..], rope[s*dr ..])) * scale),
    * dot the canonical 16-lane dot (as mlaScoresRef in src/model/mla.ts).
@@ -584,18 +661,29 @@ export class Kernels {
 
   /**
    * out[i] = f32(act(gate[i], up[i])) for i < gate.length, as gatedActRef (wasm/act.ts): SiLU
-   * gate, or SiTU with β = b and βl = bl (null: no cap on up). Runs on the calling thread; the
-   * arrays are copied into the arena (padded to 4) for the call.
+   * gate, or SiTU with β = b and βl = bl (null: no cap on up). One call of gatedActBatch.
    */
   gatedAct(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
-    if (!this.prof) return this.gatedActImpl(gate, up, out, kind, b, bl);
-    this.timedSolo('fused', () => this.gatedActImpl(gate, up, out, kind, b, bl));
+    this.gatedActBatch([{ gate, up, out }], kind, b, bl);
   }
 
-  private gatedActImpl(gate: Float32Array, up: Float32Array, out: Float32Array, kind: ActKind, b: number, bl: number | null): void {
-    const n = gate.length;
-    if (up.length < n || out.length < n) throw new RangeError(`gatedAct: ${n} gate values, up ${up.length}, out ${out.length}`);
-    const n4 = (n + 3) & ~3;
+  /**
+   * gatedAct of several arrays (e.g. every routed expert of a MoE batch) in one dispatch: they are
+   * copied into the arena back to back (each padded to 4 elements) and the elements split across
+   * the pool in groups of 4. Element-wise, so the same bytes as one call each on one thread.
+   */
+  gatedActBatch(items: readonly { gate: Float32Array; up: Float32Array; out: Float32Array }[], kind: ActKind, b: number, bl: number | null): void {
+    this.timedCall(() => this.gatedActBatchImpl(items, kind, b, bl));
+  }
+
+  private gatedActBatchImpl(items: readonly { gate: Float32Array; up: Float32Array; out: Float32Array }[], kind: ActKind, b: number, bl: number | null): void {
+    let n4 = 0;
+    for (const { gate, up, out } of items) {
+      const n = gate.length;
+      if (up.length < n || out.length < n) throw new RangeError(`gatedAct: ${n} gate values, up ${up.length}, out ${out.length}`);
+      n4 += (n + 3) & ~3;
+    }
+    if (n4 === 0) return;
     const m = this.mark();
     try {
       const r = this.alloc(16 + 12 * n4, 16);
@@ -604,13 +692,28 @@ export class Kernels {
       pars[0] = b;
       pars[1] = bl ?? 1;
       const go = r.offset + 16, uo = go + 4 * n4, oo = uo + 4 * n4;
-      const g = new Float32Array(buf, go, 2 * n4);
-      g.set(gate);
-      g.fill(0, n, n4);
-      g.set(up.length === n ? up : up.subarray(0, n), n4);
-      g.fill(0, n4 + n);
-      this.ex[kind === 'silu' ? ACT_FNS.silu : bl === null ? ACT_FNS.situ : ACT_FNS.situ_bl]!(go, uo, oo, n4, r.offset);
-      out.set(new Float32Array(buf, oo, n));
+      const g = new Float32Array(buf, go, 2 * n4).fill(0);
+      let at = 0;
+      for (const { gate, up } of items) {
+        const n = gate.length;
+        g.set(gate, at);
+        g.set(up.length === n ? up : up.subarray(0, n), n4 + at);
+        at += (n + 3) & ~3;
+      }
+      const fn = kind === 'silu' ? 0 : bl === null ? 1 : 2;
+      writeFusedOp(this.ctrl, 0, OP_ACT, [fn, go, uo, oo, r.offset], 0, n4 / 4);
+      // about 100 flops an element (two tanh and a sigmoid for SiTU)
+      const nth = Math.min(n4 / 4, this.threadsFor(n4 * 32));
+      if (this.prof) this.runPool(1, nth, 'fused');
+      else if (nth <= 1) this.ex[ACT_OPS[fn]!]!(go, uo, oo, n4, r.offset);
+      else this.pool.run(1, nth);
+      const res = new Float32Array(buf, oo, n4);
+      at = 0;
+      for (const { gate, out } of items) {
+        const n = gate.length;
+        out.set(res.subarray(at, at + n));
+        at += (n + 3) & ~3;
+      }
     } finally {
       this.release(m);
     }

@@ -12,6 +12,7 @@
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
 import { FMTS, CTRL_BYTES } from './wasm/kernels.js';
+import { ACT_FNS } from './wasm/act.js';
 
 // control block layout (i32 words from the start of the memory)
 const SEQ = 0;
@@ -32,12 +33,20 @@ export const OP_MLA_WSUM = 3;
  *  rStride, n, x, xStride, y, yStride (strides in rows / bytes), heads [h0, h1) in words 14, 15;
  *  head h is mvT_<fmt> over rows r0 + h*rStride .. +n, x at x + h*xStride, y at y + h*yStride. */
 export const OP_MVT = 4;
+/** The whole KDA block of a token (wasm/kda-block.ts): one word, its parameter block. */
+export const OP_KDA_BLOCK = 5;
+/** Gated activations of a batch (wasm/act.ts), split by 4-element units: words fn (index into
+ *  ACT_OPS), g, u, o, pb, units [a, b) in words 14, 15; a thread runs act(g + 16a, u + 16a, o + 16a, 4(b - a), pb). */
+export const OP_ACT = 6;
+export const ACT_OPS = [ACT_FNS.silu, ACT_FNS.situ, ACT_FNS.situ_bl] as const;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
   [OP_MLA_SCORES]: ['mla_scores', 10],
   [OP_MLA_WSUM]: ['mla_wsum', 5],
   [OP_MVT]: ['', 13],
+  [OP_KDA_BLOCK]: ['kda_block', 1],
+  [OP_ACT]: ['', 5],
 };
 
 /** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
@@ -57,8 +66,10 @@ export interface MatmulOpWords {
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
  *  the workers before sleeping. Spinning avoids a futex wake-up (tens of microseconds) between
- *  the many small dispatches of a decode step, at the cost of a busy core meanwhile. */
-export const SPIN_US = { worker: 200, main: 1000 };
+ *  the many small dispatches of a decode step, at the cost of a busy core meanwhile. The worker
+ *  spins 1 ms: the JavaScript between a decode step's ~90 dispatches (norms, AttnRes, routing)
+ *  leaves gaps mostly of 50-500 µs (k3-medium), and a worker asleep in each costs a wake-up per dispatch. */
+export const SPIN_US = { worker: 1000, main: 1000 };
 
 /** Spin until ctrl[i] !== v or `us` microseconds pass; returns the last value read. */
 function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
@@ -80,36 +91,58 @@ export function share(r0: number, r1: number, tid: number, n: number): [number, 
   return [r0 + Math.floor((len * tid) / n), r0 + Math.floor((len * (tid + 1)) / n)];
 }
 
+/** An instance's exports looked up once (runOps runs for every dispatch on every thread). */
+interface Bound {
+  mm: ((...a: number[]) => number)[];
+  mvT: ((...a: number[]) => number)[];
+  act: ((...a: number[]) => number)[];
+  fused: Record<number, (...a: number[]) => number>;
+}
+const bound = new WeakMap<KernelExports, Bound>();
+
+function bind(ex: KernelExports): Bound {
+  let b = bound.get(ex);
+  if (!b) {
+    const fused: Record<number, (...a: number[]) => number> = {};
+    for (const [k, [fn]] of Object.entries(FUSED)) if (fn) fused[Number(k)] = ex[fn]!;
+    b = { mm: FMTS.map((f) => ex[`mm_${f}`]!), mvT: FMTS.map((f) => ex[`mvT_${f}`]!), act: ACT_OPS.map((f) => ex[f]!), fused };
+    bound.set(ex, b);
+  }
+  return b;
+}
+
 /** Run this thread's share of the ops in the control block. */
 export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch: number): void {
   const nops = ctrl[NOPS]!;
   const nth = ctrl[NTHREADS]!;
   if (tid >= nth) return;
-  const mm = FMTS.map((f) => ex[`mm_${f}`]!);
+  const B = bind(ex);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
-    if (ctrl[o] === OP_MVT) {
-      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-      const mvT = ex[`mvT_${FMTS[ctrl[o + 1]!]}`]!;
+    const kind = ctrl[o]!;
+    if (kind === OP_MATMUL) {
+      const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
+      if (a < b) B.mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
+      continue;
+    }
+    // the other kinds split a range [h0, h1) in words 14, 15 like rows (heads, or act units)
+    const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
+    if (a >= b) continue;
+    if (kind === OP_MVT) {
+      const mvT = B.mvT[ctrl[o + 1]!]!;
       for (let h = a; h < b; h++) {
         mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
           ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
       }
-      continue;
-    }
-    if (ctrl[o] !== OP_MATMUL) {
-      // fused op: heads [h0, h1) split like rows
-      const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-      if (a >= b) continue;
-      const [fn, nargs] = FUSED[ctrl[o]!]!;
+    } else if (kind === OP_ACT) {
+      B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
+    } else {
+      // fused op: its arguments, then the head range
+      const nargs = FUSED[kind]![1];
       const args: number[] = [];
       for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
-      ex[fn]!(...args, a, b);
-      continue;
+      B.fused[kind]!(...args, a, b);
     }
-    const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
-    if (a >= b) continue;
-    mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
   }
 }
 

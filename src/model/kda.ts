@@ -5,8 +5,8 @@
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
 import type { Mat } from '../store/mat.js';
-import type { Compute } from '../kernels/dispatch.js';
-import { linear, linearMany, sigmoid } from './ops.js';
+import { expRef, sigmoidRef, type Compute } from '../kernels/dispatch.js';
+import { linear, linearMany } from './ops.js';
 
 const fr = Math.fround;
 
@@ -91,13 +91,15 @@ export function newKdaState(p: KdaParams, alloc?: F32Alloc | null): KdaState {
 /**
  * Causal depthwise conv + SiLU for one token over P channels, updating the tail (K3.md §6.3 K4):
  * u = Σ_m c[j,m]·x_{t-W+1+m}[j] (m = 0 oldest … W-1 current), summed in that order; out = silu(u).
+ * σ here and in the rest of the block is sigmoidRef (our own exp, shared with the WebAssembly
+ * block kernel wasm/kda-block.ts), not Math.exp.
  */
 export function shortConvStep(xt: Float32Array, xo: number, taps: Float32Array, tail: Float32Array, tailOff: number, P: number, W: number, out: Float32Array, oo: number): void {
   for (let j = 0; j < P; j++) {
     let u = 0;
     for (let m = 0; m < W - 1; m++) u += taps[j * W + m]! * tail[tailOff + m * P + j]!;
     u += taps[j * W + W - 1]! * xt[xo + j]!;
-    out[oo + j] = u * sigmoid(u);
+    out[oo + j] = u * sigmoidRef(u);
   }
   // Shift the tail: drop the oldest, append the current input.
   for (let m = 0; m < W - 2; m++) tail.copyWithin(tailOff + m * P, tailOff + (m + 1) * P, tailOff + (m + 2) * P);
@@ -134,7 +136,11 @@ export function kdaRecurStep(S: Float32Array, so: number, d: number, q: Float32A
   }
 }
 
-/** Per-channel decay α = exp(g) (§3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. */
+/**
+ * Per-channel decay α = exp(g) (§3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. K3's bounded
+ * gate uses sigmoidRef and expRef (the block kernel's numbers); Kimi Linear's softplus gate stays
+ * on Math (the kernel takes its α from here). A = Math.exp(A_log) either way.
+ */
 export function kdaDecay(p: KdaParams, z: Float32Array, zo: number, aLog: Float32Array, dtBias: Float32Array, out: Float32Array): void {
   const d = p.headDim;
   for (let h = 0; h < p.heads; h++) {
@@ -142,10 +148,8 @@ export function kdaDecay(p: KdaParams, z: Float32Array, zo: number, aLog: Float3
     for (let i = 0; i < d; i++) {
       const c = h * d + i;
       const zz = z[zo + c]! + dtBias[c]!;
-      let g: number;
-      if (p.gateLowerBound !== null) g = p.gateLowerBound * sigmoid(A * zz);
-      else g = -A * (zz >= 20 ? zz : Math.log1p(Math.exp(zz)));
-      out[c] = Math.exp(g);
+      if (p.gateLowerBound !== null) out[c] = expRef(p.gateLowerBound * sigmoidRef(A * zz));
+      else out[c] = Math.exp(-A * (zz >= 20 ? zz : Math.log1p(Math.exp(zz))));
     }
   }
 }
@@ -197,6 +201,7 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
   const P = H * d;
   const W = p.convSize;
   const { qr, kr, vr, z, beta, gamma } = pr;
+  if (state.work && kdaBlockFused(c, p, w, pr, r0, T, state, y)) return;
   const work = state.work ?? new Float32Array(5 * P + H);
   const q = work.subarray(0, P), k = work.subarray(P, 2 * P), v = work.subarray(2 * P, 3 * P);
   const alpha = work.subarray(3 * P, 4 * P);
@@ -212,7 +217,7 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
     l2Heads(q, H, d, qScale);
     l2Heads(k, H, d, 1);
     kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
-    for (let h = 0; h < H; h++) betas[h] = sigmoid(beta[t * H + h]!); // rounded to f32 by the store
+    for (let h = 0; h < H; h++) betas[h] = sigmoidRef(beta[t * H + h]!); // rounded to f32 by the store
     if (state.sweep) {
       const rec = new Float32Array(4 * P + H);
       rec.set(work.subarray(0, 4 * P));
@@ -228,10 +233,53 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
       const r = 1 / Math.sqrt(ss / d + p.eps);
       for (let i = 0; i < d; i++) {
         const c = h * d + i;
-        y[t * P + c] = fr(o[c]! * r) * w.oNorm[i]! * sigmoid(gamma[t * P + c]!);
+        y[t * P + c] = fr(o[c]! * r) * w.oNorm[i]! * sigmoidRef(gamma[t * P + c]!);
       }
     }
   }
+}
+
+/**
+ * The same rows through the WebAssembly block kernel (Compute.kdaBlock), when the state lives in
+ * kernel memory: one dispatch for all T tokens, or one per token while a sweep records them.
+ * Returns false (nothing done) otherwise. Same bytes as the loop in kdaRecurrence.
+ */
+function kdaBlockFused(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' | 'kr' | 'vr' | 'z' | 'beta' | 'gamma', Float32Array>, r0: number, T: number, state: KdaState, y: Float32Array): boolean {
+  const H = p.heads;
+  const d = p.headDim;
+  const P = H * d;
+  const A = new Float64Array(H);
+  for (let h = 0; h < H; h++) A[h] = Math.exp(w.aLog[h]!);
+  let zOrAlpha = pr.z.subarray(r0 * P, (r0 + T) * P);
+  if (p.gateLowerBound === null) {
+    // Kimi Linear's softplus gate stays in JavaScript (Math.log1p): the kernel takes α as given
+    zOrAlpha = new Float32Array(T * P);
+    for (let i = 0; i < T; i++) kdaDecay(p, pr.z, (r0 + i) * P, w.aLog, w.dtBias, zOrAlpha.subarray(i * P, (i + 1) * P));
+  }
+  const rows = (a: Float32Array, n: number, i: number, len: number): Float32Array => a.subarray((r0 + i) * n, (r0 + i + len) * n);
+  const call = (i: number, len: number, out: Float32Array): boolean => c.kdaBlock({
+    S: state.S, conv: state.conv, work: state.work!,
+    qr: rows(pr.qr, P, i, len), kr: rows(pr.kr, P, i, len), vr: rows(pr.vr, P, i, len),
+    zOrAlpha: zOrAlpha.subarray(i * P, (i + len) * P), b: rows(pr.beta, H, i, len), gamma: rows(pr.gamma, P, i, len), y: out,
+    qConv: w.qConv, kConv: w.kConv, vConv: w.vConv, dtBias: w.dtBias, A, oNorm: w.oNorm,
+    H, d, W: p.convSize, T: len, mode: p.gateLowerBound === null ? 'given' : 'bounded', eps: p.eps, lambda: p.gateLowerBound ?? 0, qScale: 1 / Math.sqrt(d),
+  });
+  const yr = y.subarray(r0 * P, (r0 + T) * P);
+  if (!state.sweep) return call(0, T, yr);
+  for (let i = 0; i < T; i++) {
+    if (!call(i, 1, yr.subarray(i * P, (i + 1) * P))) {
+      if (i === 0) return false;
+      throw new Error('kdaBlock: the state left kernel memory mid-chunk');
+    }
+    // what the recurrence consumed (q, k, v, α, β) and the tails after the token, as kdaRecurrence records them
+    const work = state.work!;
+    const rec = new Float32Array(4 * P + H);
+    rec.set(work.subarray(0, 4 * P));
+    rec.set(work.subarray(5 * P, 5 * P + H), 4 * P);
+    state.sweep.steps.push(rec);
+    state.sweep.tails.push(state.conv.slice());
+  }
+  return true;
 }
 
 /** One token's delta rule on all heads: in WebAssembly when S lives in kernel memory, else the reference per head. */

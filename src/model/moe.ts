@@ -10,7 +10,7 @@
 
 import type { Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
-import { gatedAct, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
+import { gatedActMany, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
 export interface MoeWeights {
@@ -77,7 +77,7 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
     });
     const n = batch.map(({ expert }) => users.get(expert)!.length);
     const gu = await linearMany(c, batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
-    const h = batch.map((_, k) => gatedAct(c, gu[2 * k]!, gu[2 * k + 1]!, p.act));
+    const h = gatedActMany(c, batch.map((_, k) => [gu[2 * k]!, gu[2 * k + 1]!] as const), p.act);
     const ys = await linearMany(c, batch.map(({ w }, k) => ({ m: w.down, x: h[k]!, T: n[k]! })));
     batch.forEach(({ expert }, k) => {
       users.get(expert)!.forEach((t, i) => {

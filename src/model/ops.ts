@@ -79,6 +79,13 @@ export interface Activation {
   situLinearBeta: number | null;
 }
 
+/** gatedAct of several (gate, up) pairs in one kernel dispatch; each output as gatedAct gives it. */
+export function gatedActMany(c: Compute, pairs: readonly (readonly [Float32Array, Float32Array])[], act: Activation): Float32Array[] {
+  const items = pairs.map(([gate, up]) => ({ gate, up, out: new Float32Array(gate.length) }));
+  c.gatedActBatch(items, act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null);
+  return items.map((i) => i.out);
+}
+
 export function gatedAct(c: Compute, gate: Float32Array, up: Float32Array, act: Activation): Float32Array {
   // SiTU(a, u) = [β·tanh(a/β)·σ(a)] · [βl·tanh(u/βl)]; σ takes the uncapped gate. exp, tanh and σ
   // are the shared numerics of the activation kernels (Compute.gatedAct: WebAssembly or its

@@ -22,7 +22,7 @@
 // act_silu / act_situ / act_situ_bl (g, u, o, n, pb): n a multiple of 4, f32 arrays at byte
 // offsets g, u, o; β at pb and βl at pb+8 (f64). Four elements per step (two f64x2 halves).
 
-import { type Code, type Fn, I32, V128, get, set, block, loop, br, br_if, i32, f64, v128, f32x4, f64x2, i64x2, shuffle32 } from './emit.js';
+import { type Code, type Fn, I32, F64, V128, get, set, select, block, loop, br, br_if, i32, i64, f64, v128, f32x4, f64x2, i64x2, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
 type ConstLocal = (f: Fn, b: Uint8Array) => number;
@@ -60,6 +60,22 @@ export function em1(x: number): number {
   const p = r + r * r * q;
   const s = POW2[k + 1022]!;
   return s * p + (s - 1);
+}
+
+/**
+ * exp(x) from the same reduction as em1 (s*p + s instead of s*p + (s - 1)), x clamped to
+ * [-708, 708] as in sigmoidRef: the exp of the fused KDA block (wasm/kda-block.ts), whose
+ * WebAssembly twin is expW.
+ */
+export function expRef(x: number): number {
+  x = clampExp(x);
+  const t = x * LOG2E + SHIFT;
+  const k = t - SHIFT;
+  const r = x - k * LN2HI - k * LN2LO;
+  const q = C2 + r * (C3 + r * (C4 + r * (C5 + r * (C6 + r * (C7 + r * (C8 + r * (C9 + r * C10)))))));
+  const p = r + r * r * q;
+  const s = POW2[k + 1022]!;
+  return s * p + s;
 }
 
 export function tanhRef(y: number): number {
@@ -192,4 +208,43 @@ export function addAct(fnx: FnMaker, K: ConstLocal): void {
         br(0))),
     ];
   }
+}
+
+// ---- scalar f64 twins of em1 / expRef / sigmoidRef, for kernels that work one element at a time ----
+
+/**
+ * em1 (or expRef's s*p + s when `exp`) of the f64 in local x, clamped or not by the caller; leaves
+ * the result on the stack. Same operations in the same order as em1 / expRef above.
+ */
+export function em1S(f: Fn, x: number, tag: string, exp = false): Code[] {
+  const t = f.local(`${tag}t`, F64), k = f.local(`${tag}k`, F64), r = f.local(`${tag}r`, F64), s = f.local(`${tag}s`, F64);
+  let q: Code = f64.const(C10);
+  for (const ci of [C9, C8, C7, C6, C5, C4, C3, C2]) q = f64.add(f64.const(ci), f64.mul(get(r), q));
+  return [
+    set(t, f64.add(f64.mul(get(x), f64.const(LOG2E)), f64.const(SHIFT))),
+    set(k, f64.sub(get(t), f64.const(SHIFT))),
+    set(r, f64.sub(f64.sub(get(x), f64.mul(get(k), f64.const(LN2HI))), f64.mul(get(k), f64.const(LN2LO)))),
+    set(s, f64.reinterpret_i64(i64.shl(i64.sub(i64.reinterpret_f64(get(t)), i64.const(SHIFT_BIAS)), i64.const(52n)))),
+    f64.add(f64.mul(get(s), f64.add(get(r), f64.mul(f64.mul(get(r), get(r)), q))), exp ? get(s) : f64.sub(get(s), f64.const(1))),
+  ];
+}
+
+/** Clamp local x to [-708, 708] in place, as clampExp (NaN stays NaN). */
+function clampS(x: number): Code[] {
+  return [
+    set(x, select(f64.const(EXP_CLAMP), get(x), f64.lt(f64.const(EXP_CLAMP), get(x)))),
+    set(x, select(f64.const(-EXP_CLAMP), get(x), f64.lt(get(x), f64.const(-EXP_CLAMP)))),
+  ];
+}
+
+/** sigmoidRef of the f64 `g` (an expression), left on the stack. */
+export function sigmoidS(f: Fn, g: Code, tag: string): Code[] {
+  const x = f.local(`${tag}x`, F64);
+  return [set(x, f64.neg(g)), ...clampS(x), f64.div(f64.const(1), f64.add(f64.const(2), em1S(f, x, tag)))];
+}
+
+/** expRef of the f64 `v` (an expression), left on the stack. */
+export function expS(f: Fn, v: Code, tag: string): Code[] {
+  const x = f.local(`${tag}x`, F64);
+  return [set(x, v), ...clampS(x), ...em1S(f, x, tag, true)];
 }

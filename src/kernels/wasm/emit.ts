@@ -37,6 +37,18 @@ export function sleb(n: number): number[] {
   }
 }
 
+/** Signed LEB128 of a 64-bit value. */
+export function slebBig(n: bigint): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const b = Number(n & 0x7fn);
+    n >>= 7n;
+    const done = (n === 0n && (b & 0x40) === 0) || (n === -1n && (b & 0x40) !== 0);
+    out.push(done ? b : b | 0x80);
+    if (done) return out;
+  }
+}
+
 function flatten(c: Code, out: number[]): void {
   if (typeof c === 'number') out.push(c);
   else for (const x of c) flatten(x, out);
@@ -96,10 +108,25 @@ export const f32 = {
 };
 
 export const f64 = {
+  const: (x: number): Code => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)],
   load: (a: Code, off = 0): Code => [a, 0x2b, memarg(3, off)],
-  mul: bin(0xa2),
+  store: (a: Code, v: Code, off = 0): Code => [a, v, 0x39, memarg(3, off)],
+  lt: bin(0x63), gt: bin(0x64),
+  neg: un(0x9a), sqrt: un(0x9f),
+  add: bin(0xa0), sub: bin(0xa1), mul: bin(0xa2), div: bin(0xa3),
+  convert_i32_s: un(0xb7),
   promote_f32: un(0xbb),
+  reinterpret_i64: un(0xbf),
 };
+
+export const i64 = {
+  const: (n: bigint): Code => [0x42, slebBig(n)],
+  sub: bin(0x7d), shl: bin(0x86),
+  reinterpret_f64: un(0xbd),
+};
+
+/** select(a, b, c): c ? a : b (both evaluated). */
+export const select = (a: Code, b: Code, c: Code): Code => [a, b, c, 0x1b];
 
 // ---- SIMD ----------------------------------------------------------------------------------
 

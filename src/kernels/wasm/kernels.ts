@@ -29,6 +29,7 @@ import {
 } from './emit.js';
 import { addFused } from './fused.js';
 import { addAct } from './act.js';
+import { addKdaBlock } from './kda-block.js';
 import { addQ8 } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 
@@ -843,6 +844,8 @@ export function generate(opts: GenOptions): Generated {
 
   // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
   addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
+  // ---- the whole KDA block of a token around that delta rule (kda-block.ts) ----
+  addKdaBlock(fnx, fns.find((g) => g.name === 'kda_step')!.index);
 
   // ---- gated activations: SiLU / SiTU with their own exp and tanh (act.ts) ----
   addAct(fnx, K);
