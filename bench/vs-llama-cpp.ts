@@ -25,6 +25,14 @@
 //
 // Checkpoints and GGUFs are written under models/bench/ (git-ignored) and reused when present.
 //
+// llama.cpp runs in a child process (one per part), so that a native abort (GGML_ASSERT) kills only
+// the child: the bench then prints the assert text, and the speed part retries once with a fallback
+// GGUF, the trunk in BF16 (what llama.cpp's converter writes for this BF16 checkpoint by default; no
+// BF16 matrix enters llama.cpp's AMX buffer type on Intel AMX CPUs), or F32 if BF16 was the one that
+// failed. Every llama.cpp row names the GGUF variant it was measured with. node-llama-cpp 3.21.1 has
+// no option to turn off llama.cpp's extra (AMX / repacked) buffer types (llama_model_params
+// use_extra_bufts is not among its model options), so a different GGUF is the only fallback.
+//
 // node-llama-cpp (about 700 MB of llama.cpp binaries) is not in the default install: it has its own
 // in bench/llama/. Install it once with `npm --prefix bench/llama ci` from the repository root.
 //
@@ -41,6 +49,9 @@
 //   --reps N               llama.cpp repetitions (default 5)   --ours-reps N (default = --reps with the
 //                          fast kernels, 1 with the reference kernels)
 //   --trunk f16|bf16|f32   GGUF trunk type for the speed part (default f16)
+//   --no-fallback          do not retry a failed llama.cpp speed run with another GGUF variant
+//   --simulate-abort       make the first llama.cpp speed child abort as on the AMX machine (to check
+//                          the fallback path where that failure cannot happen)
 //   --json                 print one JSON object instead of tables
 
 import * as fs from 'node:fs';
@@ -53,6 +64,7 @@ import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/format.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
+import { runChild, serveChild } from './child.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -130,7 +142,7 @@ export async function prepareModel(
   if (!s.skipped) log(`  synthesized ${s.dir} (${formatBytes(s.bytes)}) in ${s.seconds.toFixed(1)} s`);
   const stampFile = `${gguf}.json`;
   // `writer` names the GGUF writer's output version (bench/gguf/, once bench/gguf.ts): bump it when the bytes change.
-  const stamp = JSON.stringify({ writer: 'bench/gguf.ts v1', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
+  const stamp = JSON.stringify({ writer: 'bench/gguf.ts v2', synth: JSON.parse(fs.readFileSync(path.join(s.dir, 'synth.json'), 'utf8')), ...conv });
   let params: number;
   let stampOk: boolean;
   try {
@@ -368,6 +380,8 @@ export async function agreement(
 
 export interface SpeedRow {
   engine: 'llama.cpp' | 'ours';
+  /** llama.cpp rows: the GGUF variant they were measured with (its trunk type). */
+  gguf?: TrunkFormat;
   threads: number;
   pp: number;
   ppTokS: number[];
@@ -460,6 +474,51 @@ async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: nu
 }
 
 // ---------------------------------------------------------------------------------------------
+// llama.cpp in a child process
+
+/** A llama.cpp job for a child process: the agreement check, or the llama.cpp speed rows. */
+export type LlamaJob =
+  | { part: 'agree'; dir: string; gguf: string; kernels: 'auto' | 'ref' }
+  | { part: 'speed'; gguf: string; vocab: number; threads: number[]; pp: number; tg: number; reps: number; simulateAbort?: boolean };
+
+/** The child side of runLlamaChild: load node-llama-cpp there and run the job. */
+async function runLlamaJob(job: LlamaJob, log: (s: string) => void): Promise<unknown> {
+  const nlc = await loadNodeLlamaCpp();
+  if (!nlc) throw new Error(`node-llama-cpp is not installed (${LLAMA_INSTALL})`);
+  if (job.part === 'agree') return agreement(nlc, job.dir, job.gguf, { kernels: job.kernels });
+  if (job.simulateAbort) {
+    // what ggml prints before abort() on the AMX machine (--simulate-abort)
+    process.stderr.write('ggml/src/ggml-backend.cpp:1294: GGML_ASSERT(*cur_backend_id != -1) failed (simulated by --simulate-abort)\n');
+    process.abort();
+  }
+  return speedLlama(nlc, job.gguf, job.vocab, job, log);
+}
+
+/** Run a llama.cpp job in a child process (this file with `--child`): an abort there is a failed outcome here. */
+export function runLlamaChild<T>(job: LlamaJob, log: (s: string) => void) {
+  return runChild<T>(fileURLToPath(import.meta.url), ['--child'], job, log);
+}
+
+const variantName = (t: TrunkFormat) => `${t.toUpperCase()} trunk`;
+
+function printAgreement(a: AgreementResult, log: (s: string) => void): void {
+  log(`prompt: ${a.promptLength} ids; our logits after it span ${a.logitRange.toFixed(3)}; ${a.cases[0]?.greedyOurs.length ?? 0} greedy tokens`);
+  log(table(
+    ['llama.cpp batch', 'max |Δ log p|', 'max |Δ logit| (shift removed)', 'argmax ours / llama', 'greedy equal', 'max |Δ log p| along greedy'],
+    a.cases.map((c) => [
+      String(c.llamaBatch),
+      c.maxAbsLogpDiff.toExponential(2),
+      c.maxAbsLogitDiff.toExponential(2),
+      `${c.argmaxOurs} / ${c.argmaxLlama}`,
+      c.firstDiff < 0 ? 'yes' : `no (from step ${c.firstDiff})`,
+      c.maxAbsLogpDiffSteps.toExponential(2),
+    ]),
+  ));
+  log(`greedy ours : ${a.cases[0]?.greedyOurs.join(' ')}`);
+  for (const c of a.cases) log(`greedy llama (batch ${c.llamaBatch}): ${c.greedyLlama.join(' ')}`);
+}
+
+// ---------------------------------------------------------------------------------------------
 // CLI
 
 function fmt(a: number[]): string {
@@ -496,6 +555,8 @@ async function main(): Promise<void> {
       reps: { type: 'string', default: '5' },
       'ours-reps': { type: 'string' },
       trunk: { type: 'string', default: 'f16' },
+      'no-fallback': { type: 'boolean', default: false },
+      'simulate-abort': { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -526,8 +587,7 @@ async function main(): Promise<void> {
   const oursReps = intList(values['ours-reps'] ?? (fast ? values.reps : '1'))[0]!;
   const reps = intList(values.reps)[0]!;
 
-  const nlc = await loadNodeLlamaCpp();
-  if (!nlc) throw new Error(`node-llama-cpp is not installed: run \`${LLAMA_INSTALL}\` in ${ROOT} (its own install, about 700 MB), then rerun`);
+  if (!resolveNodeLlamaCpp()) throw new Error(`node-llama-cpp is not installed: run \`${LLAMA_INSTALL}\` in ${ROOT} (its own install, about 700 MB), then rerun`);
   const report: Record<string, unknown> = { node_llama_cpp: '3.21.1' };
 
   if (!only || only === 'agree') {
@@ -538,22 +598,15 @@ async function main(): Promise<void> {
       { trunk: 'f32', experts: 'f32' },
       log,
     );
-    const a = await agreement(nlc, m.dir, m.gguf, { kernels });
-    report.agreement = a;
-    log(`prompt: ${a.promptLength} ids; our logits after it span ${a.logitRange.toFixed(3)}; ${a.cases[0]?.greedyOurs.length ?? 0} greedy tokens`);
-    log(table(
-      ['llama.cpp batch', 'max |Δ log p|', 'max |Δ logit| (shift removed)', 'argmax ours / llama', 'greedy equal', 'max |Δ log p| along greedy'],
-      a.cases.map((c) => [
-        String(c.llamaBatch),
-        c.maxAbsLogpDiff.toExponential(2),
-        c.maxAbsLogitDiff.toExponential(2),
-        `${c.argmaxOurs} / ${c.argmaxLlama}`,
-        c.firstDiff < 0 ? 'yes' : `no (from step ${c.firstDiff})`,
-        c.maxAbsLogpDiffSteps.toExponential(2),
-      ]),
-    ));
-    log(`greedy ours : ${a.cases[0]?.greedyOurs.join(' ')}`);
-    for (const c of a.cases) log(`greedy llama (batch ${c.llamaBatch}): ${c.greedyLlama.join(' ')}`);
+    // Both engines run in the child; no retry: an all-F32 GGUF has nothing to fall back to.
+    const r = await runLlamaChild<AgreementResult>({ part: 'agree', dir: m.dir, gguf: m.gguf, kernels }, log);
+    if (r.ok) {
+      report.agreement = r.value;
+      printAgreement(r.value, log);
+    } else {
+      report.agreement = { failed: r.reason };
+      log(`llama.cpp FAILED (agreement, all-F32 GGUF): ${r.reason}`);
+    }
     log('');
   }
 
@@ -567,12 +620,31 @@ async function main(): Promise<void> {
     );
     log(`checkpoint ${formatBytes(m.checkpointBytes)}, GGUF ${formatBytes(m.ggufBytes)}, ${(m.params / 1e9).toFixed(3)} B params`);
     const V = 32768;
-    const lrows = await speedLlama(nlc, m.gguf, V, { threads, pp, tg, reps }, log);
+    // The requested trunk, then once (after a failure) BF16, or F32 when BF16 was the one that failed.
+    const variants: TrunkFormat[] = values['no-fallback'] ? [trunk] : [trunk, trunk === 'bf16' ? 'f32' : 'bf16'];
+    const failures: { gguf: TrunkFormat; reason: string }[] = [];
+    let lrows: SpeedRow[] = [];
+    for (const [i, v] of variants.entries()) {
+      const g = i === 0 ? m : await prepareModel(
+        { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
+        path.join(modelsDir, `k3-medium-mxfp4.${v}.gguf`),
+        { trunk: v, experts: 'mxfp4' },
+        log,
+      );
+      const r = await runLlamaChild<SpeedRow[]>({ part: 'speed', gguf: g.gguf, vocab: V, threads, pp, tg, reps, simulateAbort: values['simulate-abort'] && i === 0 }, log);
+      if (r.ok) {
+        lrows = r.value.map((row) => ({ ...row, gguf: v }));
+        break;
+      }
+      failures.push({ gguf: v, reason: r.reason });
+      log(`  llama.cpp FAILED with the ${variantName(v)} GGUF: ${r.reason}`);
+      if (i + 1 < variants.length) log(`  retrying once with the ${variantName(variants[i + 1]!)} GGUF`);
+    }
     const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
-    report.speed = { model: m, rows: [...lrows, ...orows] };
-    const rows = [...lrows, ...orows].map((r) => [r.engine, String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
+    report.speed = { model: m, rows: [...lrows, ...orows], llamaFailures: failures };
+    const rows = [...lrows, ...orows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
     log('');
-    log(table(['engine', 'threads', 'prompt', 'tok/s', 'decode', 'tok/s'], rows));
+    log(table(['engine', 'weights', 'threads', 'prompt', 'tok/s', 'decode', 'tok/s'], rows));
     const ratios: { threads: number; oursThreads: number; pp: number; tg: number }[] = [];
     for (const l of lrows) {
       const o = orows.find((r) => r.threads === l.threads) ?? orows[0];
@@ -588,6 +660,10 @@ async function main(): Promise<void> {
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
     log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${reps} reps (mean ± sd); ours ${oursReps} rep(s).`);
+    const used = lrows[0]?.gguf;
+    const failed = failures.map((f) => `${variantName(f.gguf)}: ${f.reason}`).join('; ');
+    if (used) log(`      llama.cpp GGUF: ${variantName(used)}${used === 'f16' ? ' (MLA attn_k_b / attn_v_b in F32)' : ''}${failed ? `, the fallback after ${failed}` : ''}.`);
+    else log(`      llama.cpp: no rows, every GGUF variant failed (${failed}).`);
     const noisy = [...lrows, ...orows].filter((r) => [r.ppTokS, r.tgTokS].some((a) => a.length > 1 && sd(a) > 0.1 * mean(a)));
     if (noisy.length > 0) log(`      NOISY: sd above 10% of the mean in ${noisy.map((r) => `${r.engine} t=${r.threads}`).join(', ')}: something else shared the CPU; rerun on a quiet machine.`);
   }
@@ -595,7 +671,8 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  main().catch((e) => {
+  if (process.argv[2] === '--child') serveChild((job, log) => runLlamaJob(job as LlamaJob, log));
+  else main().catch((e) => {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);
   });

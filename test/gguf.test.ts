@@ -27,7 +27,7 @@ import {
   type GgufTensorSpec,
 } from '../bench/gguf/format.js';
 import { decodeFloats, f32ToF16Bits, ggmlMxfp4Values, ggmlToMxfp4, mxfp4ToGgml } from '../bench/gguf/encodings.js';
-import { convertK3ToGguf } from '../bench/gguf/convert.js';
+import { convertK3ToGguf, kvbType } from '../bench/gguf/convert.js';
 import { LLAMA_INSTALL, agreement, cpuLlama, loadNodeLlamaCpp } from '../bench/vs-llama-cpp.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-gguf-test-'));
@@ -398,6 +398,11 @@ test('K3 checkpoint -> GGUF: names, shapes, folded and split tensors, stacked ex
   }
   assert.equal(gm.tensors.find((x) => x.name === 'blk.0.attn_q.weight')!.type, GGML_TYPE.F16);
   assert.equal(gm.tensors.find((x) => x.name === 'blk.1.ffn_gate_inp.weight')!.type, GGML_TYPE.F32, 'the router stays F32');
+  // An F16 trunk keeps the MLA k_b / v_b out of F16 (llama.cpp's AMX buffer would take them, then abort).
+  for (const n of ['attn_k_b', 'attn_v_b']) assert.equal(gm.tensors.find((x) => x.name === `blk.3.${n}.weight`)!.type, GGML_TYPE.F32, n);
+  assert.equal(gm.tensors.find((x) => x.name === 'blk.3.attn_q_a.weight')!.type, GGML_TYPE.F16);
+  assert.equal(kvbType('bf16'), GGML_TYPE.BF16);
+  assert.equal(kvbType('f32'), GGML_TYPE.F32);
   assert.throws(() => convertK3ToGguf(dir, path.join(TMP, 'x.gguf'), { experts: 'mxfp4' }), /need MXFP4 experts in the checkpoint/);
 });
 

@@ -11,6 +11,7 @@
 //   - KDA conv taps [P, 1, W] are ggml [W, 1, P]: the same bytes, current input at tap W−1.
 //   - MLA `kv_b_proj` [H·(nope+v), kvLora] is split per head into `attn_k_b` (ggml [nope, kvLora, H],
 //     i.e. the nope rows transposed) and `attn_v_b` (ggml [kvLora, v, H]); the cache holds the latent.
+//     These two are never F16 (F32 on an F16 trunk): see kvbType, an Intel AMX load failure.
 //     `head_count_kv` is 1 on MLA layers and 0 on KDA layers (that is how KDA layers are marked).
 //   - routed experts are stacked into 3-D `ffn_{gate,up,down}_exps` (ggml [in, out, E]).
 //   - one `head_count` serves both attention kinds: MLA heads must equal KDA heads.
@@ -82,7 +83,8 @@ export type ExpertsGgufFormat = 'f32' | 'mxfp4';
 
 export interface ConvertOptions {
   /** Type of every 2-D/3-D trunk matrix (embedding and lm_head included). Norms, biases, conv taps,
-   *  `ssm_a`, the residual-score vectors and the router stay F32. Default f32. */
+   *  `ssm_a`, the residual-score vectors and the router stay F32, and so do the MLA `attn_k_b` /
+   *  `attn_v_b` of an F16 trunk (see kvbType). Default f32. */
   trunk?: TrunkFormat;
   /** Routed experts: F32 (from BF16 or MXFP4 checkpoint experts, exact) or MXFP4 (from MXFP4
    *  checkpoint experts, lossless repack). Default: mxfp4 when the checkpoint has MXFP4 experts. */
@@ -97,6 +99,20 @@ export interface ConvertResult extends WriteGgufResult {
 }
 
 const TRUNK_TYPE: Record<TrunkFormat, GgmlType> = { f32: GGML_TYPE.F32, f16: GGML_TYPE.F16, bf16: GGML_TYPE.BF16 };
+
+/**
+ * The type of the MLA `attn_k_b` / `attn_v_b` for a trunk type: the trunk's, except F32 instead of
+ * F16. On a CPU with AMX, llama.cpp puts every F16 matrix that passes its load-time test (a
+ * contiguous MUL_MAT) in the AMX buffer type, whose kernels take contiguous inputs only; the kimi-k3
+ * graph multiplies `attn_k_b` by a permuted view of q (and, with flash attention, `attn_v_b` by a
+ * permuted attention output), so no backend can run that node and the scheduler aborts
+ * (GGML_ASSERT(*cur_backend_id != -1)). BF16 and F32 never go to the AMX buffer; F32 holds the
+ * checkpoint's BF16 values exactly and adds no rounding of the activations. llama.cpp's own
+ * converter writes these two in the checkpoint's type (BF16) by default.
+ */
+export function kvbType(trunk: TrunkFormat): GgmlType {
+  return trunk === 'f16' ? GGML_TYPE.F32 : TRUNK_TYPE[trunk];
+}
 
 class CheckpointReader {
   private fds = new Map<string, number>();
@@ -193,6 +209,7 @@ export function convertK3ToGguf(dir: string, outFile: string, opts: ConvertOptio
   const rd = new CheckpointReader(entries);
   const trunkFmt = opts.trunk ?? 'f32';
   const TT = TRUNK_TYPE[trunkFmt];
+  const TKV = kvbType(trunkFmt);
   const P = `${cfg.prefix}model.`;
   const firstMoe = cfg.layers.findIndex((L) => L.ffn === 'moe');
   const mxfp4Src = firstMoe >= 0 && rd.has(`${P}layers.${firstMoe}.block_sparse_moe.experts.0.w1.weight_packed`);
@@ -286,7 +303,7 @@ export function convertK3ToGguf(dir: string, outFile: string, opts: ConvertOptio
         let kvb: Float32Array | null = null;
         const kvbOnce = () => (kvb ??= rd.floats(`${a}kv_b_proj.weight`));
         // attn_k_b: ggml [nope, Lk, H] = row-major [H][Lk][nope]: k_b[h][c][n] = kv_b[h·per + n][c].
-        derived(`${g}attn_k_b.weight`, [m.nopeDim, Lk, H], TT, () => {
+        derived(`${g}attn_k_b.weight`, [m.nopeDim, Lk, H], TKV, () => {
           const src = kvbOnce();
           const out = new Float32Array(H * Lk * m.nopeDim);
           for (let hh = 0; hh < H; hh++) {
@@ -298,7 +315,7 @@ export function convertK3ToGguf(dir: string, outFile: string, opts: ConvertOptio
           return out;
         });
         // attn_v_b: ggml [Lk, v, H] = row-major [H][v][Lk]: the value rows as they are.
-        derived(`${g}attn_v_b.weight`, [Lk, m.vDim, H], TT, () => {
+        derived(`${g}attn_v_b.weight`, [Lk, m.vDim, H], TKV, () => {
           const src = kvbOnce();
           const out = new Float32Array(H * m.vDim * Lk);
           for (let hh = 0; hh < H; hh++) out.set(src.subarray((hh * per + m.nopeDim) * Lk, (hh * per + per) * Lk), hh * m.vDim * Lk);
