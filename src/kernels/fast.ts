@@ -27,7 +27,7 @@ import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type Ke
 import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { quantizeQ8T, q8tBytes } from './wasm/q8-trunk.js';
-import { ACT_FNS, type ActKind } from './wasm/act.js';
+import type { ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, ACT_OPS, type MatmulOpWords } from './pool.js';
 import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
 import { formatMiB } from '../util/format.js';
