@@ -49,6 +49,7 @@
 //   --reps N               llama.cpp repetitions (default 5)   --ours-reps N (default = --reps with the
 //                          fast kernels, 1 with the reference kernels)
 //   --trunk f16|bf16|f32   GGUF trunk type for the speed part (default f16)
+//   --ours-fast            also measure our opt-in --fast path (7-bit trunk blocks, 8-bit activations)
 //   --no-fallback          do not retry a failed llama.cpp speed run with another GGUF variant
 //   --simulate-abort       make the first llama.cpp speed child abort as on the AMX machine (to check
 //                          the fallback path where that failure cannot happen)
@@ -199,10 +200,11 @@ export function oursLoader(): OursLoader | null {
  * Our engine: the fast kernels on `threads` threads when the engine has them (same numbers as the
  * TypeScript reference), else the reference at 1 thread. MLA latent-norm epsilon = rms_norm_eps.
  */
-export async function openOurs(dir: string, threads: number, kernels: 'auto' | 'ref' = 'auto'): Promise<Model> {
+export async function openOurs(dir: string, threads: number, kernels: 'auto' | 'ref' = 'auto', fastPath = false): Promise<Model> {
   const base = { overrides: { mlaLatentNormEps: 'config' as const }, ctx: 256 };
   const load = kernels === 'auto' ? oursLoader() : null;
-  if (load) return load(dir, { ...base, threads });
+  if (load) return load(dir, { ...base, threads, ...(fastPath ? { fast: true, notice: () => {} } : {}) });
+  if (fastPath) throw new Error('--ours-fast needs the WebAssembly kernels (Model.load)');
   if (threads !== 1) throw new Error(`our engine has no thread option in this build (no Model.load): cannot run it at ${threads} threads`);
   return Model.open(dir, base);
 }
@@ -379,7 +381,7 @@ export async function agreement(
 // 2. Speed
 
 export interface SpeedRow {
-  engine: 'llama.cpp' | 'ours';
+  engine: 'llama.cpp' | 'ours' | 'ours --fast';
   /** llama.cpp rows: the GGUF variant they were measured with (its trunk type). */
   gguf?: TrunkFormat;
   threads: number;
@@ -447,13 +449,13 @@ async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { t
   return rows;
 }
 
-async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: number; reps: number; kernels: 'auto' | 'ref' }, log: (s: string) => void): Promise<SpeedRow[]> {
+async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: number; reps: number; kernels: 'auto' | 'ref'; fast?: boolean }, log: (s: string) => void): Promise<SpeedRow[]> {
   const rows: SpeedRow[] = [];
   for (const t of o.threads) {
-    const model = await openOurs(dir, t, o.kernels);
+    const model = await openOurs(dir, t, o.kernels, o.fast);
     const V = model.config.vocabSize;
     const prompt = benchPrompt(o.pp, V, 777);
-    const row: SpeedRow = { engine: 'ours', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
+    const row: SpeedRow = { engine: o.fast ? 'ours --fast' : 'ours', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
     try {
       // Warm-up: the first forward reads the weights in.
       await model.forward(model.newState(), prompt.slice(0, 2), 'last');
@@ -549,6 +551,7 @@ async function main(): Promise<void> {
       tg: { type: 'string', default: '32' },
       'ours-pp': { type: 'string' },
       'ours-tg': { type: 'string' },
+      'ours-fast': { type: 'boolean' },
       threads: { type: 'string', default: '1,2' },
       'ours-threads': { type: 'string' },
       'ours-kernels': { type: 'string', default: 'auto' },
@@ -641,22 +644,31 @@ async function main(): Promise<void> {
       if (i + 1 < variants.length) log(`  retrying once with the ${variantName(variants[i + 1]!)} GGUF`);
     }
     const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
-    report.speed = { model: m, rows: [...lrows, ...orows], llamaFailures: failures };
-    const rows = [...lrows, ...orows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
+    // The opt-in fast path (--fast: 7-bit trunk blocks, 8-bit activations; not the exact numbers).
+    const frows = values['ours-fast'] ? await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels, fast: true }, log) : [];
+    report.speed = { model: m, rows: [...lrows, ...orows, ...frows], llamaFailures: failures };
+    const rows = [...lrows, ...orows, ...frows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
     log('');
     log(table(['engine', 'weights', 'threads', 'prompt', 'tok/s', 'decode', 'tok/s'], rows));
-    const ratios: { threads: number; oursThreads: number; pp: number; tg: number }[] = [];
+    const ratios: { threads: number; oursThreads: number; pp: number; tg: number; fastTg?: number }[] = [];
     for (const l of lrows) {
       const o = orows.find((r) => r.threads === l.threads) ?? orows[0];
       if (!o) continue;
-      ratios.push({ threads: l.threads, oursThreads: o.threads, pp: mean(o.ppTokS) / mean(l.ppTokS), tg: mean(o.tgTokS) / mean(l.tgTokS) });
+      const f = frows.find((r) => r.threads === o.threads);
+      ratios.push({ threads: l.threads, oursThreads: o.threads, pp: mean(o.ppTokS) / mean(l.ppTokS), tg: mean(o.tgTokS) / mean(l.tgTokS), ...(f ? { fastTg: mean(f.tgTokS) / mean(l.tgTokS) } : {}) });
     }
     (report.speed as Record<string, unknown>).ratios = ratios;
     log('');
     log(table(
-      ['llama.cpp threads', 'ours threads', 'prompt ours/llama.cpp', 'decode ours/llama.cpp'],
-      ratios.map((r) => [String(r.threads), String(r.oursThreads), `${r.pp.toFixed(3)}x`, `${r.tg.toFixed(3)}x`]),
+      ['llama.cpp threads', 'ours threads', 'prompt ours/llama.cpp', 'decode ours/llama.cpp', ...(frows.length ? ['decode ours --fast/llama.cpp'] : [])],
+      ratios.map((r) => [String(r.threads), String(r.oursThreads), `${r.pp.toFixed(3)}x`, `${r.tg.toFixed(3)}x`, ...(frows.length ? [r.fastTg === undefined ? '-' : `${r.fastTg.toFixed(3)}x`] : [])]),
     ));
+    const scale = (rs: SpeedRow[]) => {
+      const a = rs.find((r) => r.threads === 1), b = rs.find((r) => r.threads === 2);
+      return a && b ? (mean(b.tgTokS) / mean(a.tgTokS)).toFixed(2) + 'x' : null;
+    };
+    const sc = [['llama.cpp', scale(lrows)], ['ours', scale(orows)], ['ours --fast', scale(frows)]].filter(([, v]) => v !== null);
+    if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
     log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${reps} reps (mean ± sd); ours ${oursReps} rep(s).`);
