@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
-import { syntheticWeight } from './estimate.js';
+import { secondsPerMatmul, syntheticWeight } from './estimate.js';
 import { Model } from '../model/model.js';
 import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
@@ -245,16 +245,7 @@ ${MODEL_HELP}`,
             k.fastMxfp4 = q8;
             const bytes = fmt === 'bf16' ? rws * cls * 2 : fmt === 'f32' ? rws * cls * 4 : rws * cls / 2;
             const w = syntheticWeight('bench', fmt, rws, cls, k.alloc(bytes, 4096).u8, fmt === 'mxfp4' ? k.alloc(rws * cls / 32).u8 : undefined);
-            const x = new Float32Array(cls).fill(0.5);
-            const y = new Float32Array(rws);
-            k.matmul(w, x, 1, y);
-            let n = 0;
-            const t0 = performance.now();
-            while (performance.now() - t0 < 300) {
-              k.matmul(w, x, 1, y);
-              n++;
-            }
-            const s = (performance.now() - t0) / 1000 / n;
+            const s = secondsPerMatmul(k, w, 300);
             k.fastMxfp4 = false;
             kernelRows.push({ kind: q8 ? 'mxfp4 (q8 activations, --fast-experts)' : fmt, shape: [rws, cls], threads, gmac_per_s: (rws * cls) / s / 1e9, gb_per_s: (bytes + (w.scale?.byteLength ?? 0)) / s / 1e9 });
           }
@@ -308,16 +299,7 @@ function timeQ7(k: Kernels, rows: number, cols: number): { kind: string; shape: 
   syntheticWeight('bench', 'bf16', rows, cols, buf);
   requantizeQ7InPlace(buf, rows, cols);
   const w: WeightView = { name: 'bench', format: 'q7', rows, cols, data: buf.subarray(0, rows * cols), scale: buf.subarray(rows * cols, q7Bytes(rows, cols)) };
-  const x = new Float32Array(cols).fill(0.5);
-  const y = new Float32Array(rows);
-  k.matmul(w, x, 1, y);
-  let n = 0;
-  const t0 = performance.now();
-  while (performance.now() - t0 < 300) {
-    k.matmul(w, x, 1, y);
-    n++;
-  }
-  const s = (performance.now() - t0) / 1000 / n;
+  const s = secondsPerMatmul(k, w, 300);
   return { kind: 'q7 x q8 (bf16 trunk requantized, --fast)', shape: [rows, cols], gmac_per_s: (rows * cols) / s / 1e9, gb_per_s: q7Bytes(rows, cols) / s / 1e9 };
 }
 

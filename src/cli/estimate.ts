@@ -67,6 +67,20 @@ export function syntheticWeight(name: string, format: WeightFormat, rows: number
   return { name: `${name} ${format}`, format, rows, cols, data, scale };
 }
 
+/** Seconds one one-token product `y = W x` takes: one call to warm up, then as many as fit in `ms`. */
+export function secondsPerMatmul(k: { matmul: (w: WeightView, x: Float32Array, T: number, y: Float32Array) => void }, w: WeightView, ms: number): number {
+  const x = new Float32Array(w.cols).fill(0.5);
+  const y = new Float32Array(w.rows);
+  k.matmul(w, x, 1, y);
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < ms) {
+    k.matmul(w, x, 1, y);
+    n++;
+  }
+  return (performance.now() - t0) / 1000 / n;
+}
+
 /** Weight bytes per second of one-token products, for ~150 ms per format; and the seconds one
  *  tiny product takes (the fixed cost of a call, which dominates small models). */
 async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: number): Promise<{ trunk: number; experts: number | null; perCall: number }> {
@@ -78,16 +92,7 @@ async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: 
     const time = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): { bytes: number; seconds: number } => {
       const bytes = fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2 + (rows * cols) / 32;
       const w = syntheticWeight('estimate', fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
-      const x = new Float32Array(cols).fill(0.5);
-      const y = new Float32Array(rows);
-      k.matmul(w, x, 1, y);
-      let n = 0;
-      const t0 = performance.now();
-      while (performance.now() - t0 < 150) {
-        k.matmul(w, x, 1, y);
-        n++;
-      }
-      return { bytes, seconds: (performance.now() - t0) / 1000 / n };
+      return { bytes, seconds: secondsPerMatmul(k, w, 150) };
     };
     const rate = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): number => {
       const t = time(fmt, rows, cols);

@@ -32,6 +32,7 @@
 // (|q_x (q_w + 64)| <= 16129, two added per i16 lane <= 32258), i32x4.extadd_pairwise_i16x8_s.
 // Integer sums are exact, so both variants give the same i32 and the same bytes.
 
+import { q8Bytes, quantizeBlocks } from './q8.js';
 import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
@@ -47,17 +48,10 @@ export function q7Bytes(rows: number, cols: number): number {
   return rows * cols + rows * (cols / 32) * 4;
 }
 
-/** Bytes quantizeQ8T writes for T tokens of `cols` columns. */
+/** Bytes quantizeQ8T writes for T tokens of `cols` columns (the layout of quantizeQ8's, unpermuted). */
 export function q8tBytes(T: number, cols: number): number {
-  return T * cols + T * (cols / 32) * 8;
+  return q8Bytes(T, cols);
 }
-
-const roundQ = (v: number, lim: number): number => {
-  let n = v < 0 ? -Math.floor(-v + 0.5) : Math.floor(v + 0.5);
-  if (n > lim) n = lim;
-  else if (n < -lim) n = -lim;
-  return n | 0; // NaN -> 0
-};
 
 /**
  * Requantize `rows` bf16 rows of `cols` columns (a multiple of 32) at buf[0 ..) to the 'q7' layout,
@@ -104,31 +98,7 @@ export function requantizeQ7InPlace(buf: Uint8Array, rows: number, cols: number)
  * multiple of 4): per token the int8 values, then all tokens' f32 scales, then the i32 c_b.
  */
 export function quantizeQ8T(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
-  if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
-  const nb = cols / 32;
-  const q = new Int8Array(out.buffer, out.byteOffset, T * cols);
-  const dx = new Float32Array(out.buffer, out.byteOffset + T * cols, T * nb);
-  const corr = new Int32Array(out.buffer, out.byteOffset + T * cols + 4 * T * nb, T * nb);
-  for (let t = 0; t < T; t++) {
-    for (let b = 0; b < nb; b++) {
-      const base = t * cols + b * 32;
-      let amax = 0;
-      for (let i = 0; i < 32; i++) {
-        const a = Math.abs(x[base + i]!);
-        if (a > amax) amax = a;
-      }
-      const d = fr(amax / 127);
-      const id = d ? fr(1 / d) : 0;
-      let sq = 0;
-      for (let i = 0; i < 32; i++) {
-        const n = roundQ(fr(x[base + i]! * id), 127);
-        q[base + i] = n;
-        sq += n;
-      }
-      dx[t * nb + b] = d;
-      corr[t * nb + b] = Q7_OFF * sq;
-    }
-  }
+  quantizeBlocks(x, T, cols, out, { interleave: false, scaleMul: 1, offset: Q7_OFF });
 }
 
 /** TypeScript reference of mmq7: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */

@@ -56,15 +56,17 @@ export function q8Bytes(T: number, cols: number): number {
 }
 
 /**
- * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8Bytes(T, cols) bytes, offset a
- * multiple of 4): per token the int8 blocks (even columns, then odd, per block), then all tokens'
- * f32 scales dh.
+ * Activations to 8-bit blocks, q8_0 style (shared by the --fast-experts and --fast trunk paths):
+ * per 32 columns d = f32(amax / 127), n = round-half-away(f32(x / d)) clamped to ±127 (NaN -> 0).
+ * Into `out` (offset a multiple of 4): per token the int8 values (`interleave`: even columns then
+ * odd, per block; else in column order), then all tokens' f32 scales (d times `scaleMul`), then the
+ * i32 per-block corrections `offset * sum(n)` for weights stored with that offset.
  */
-export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
+export function quantizeBlocks(x: Float32Array, T: number, cols: number, out: Uint8Array, o: { interleave: boolean; scaleMul: number; offset: number }): void {
   if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
   const nb = cols / 32;
   const q = new Int8Array(out.buffer, out.byteOffset, T * cols);
-  const dh = new Float32Array(out.buffer, out.byteOffset + T * cols, T * nb);
+  const ds = new Float32Array(out.buffer, out.byteOffset + T * cols, T * nb);
   const corr = new Int32Array(out.buffer, out.byteOffset + T * cols + 4 * T * nb, T * nb);
   for (let t = 0; t < T; t++) {
     for (let b = 0; b < nb; b++) {
@@ -83,13 +85,22 @@ export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8A
         if (n > 127) n = 127;
         else if (n < -127) n = -127;
         n = n | 0; // NaN -> 0
-        q[base + (i & 1) * 16 + (i >> 1)] = n;
+        q[base + (o.interleave ? (i & 1) * 16 + (i >> 1) : i)] = n;
         sq += n;
       }
-      dh[t * nb + b] = fr(d * 0.5);
-      corr[t * nb + b] = N2_OFF * sq;
+      ds[t * nb + b] = fr(d * o.scaleMul);
+      corr[t * nb + b] = o.offset * sq;
     }
   }
+}
+
+/**
+ * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8Bytes(T, cols) bytes, offset a
+ * multiple of 4): per token the int8 blocks (even columns, then odd, per block), then all tokens'
+ * f32 scales dh = d / 2 (the weights are 2 * E2M1), then the corrections for N2_OFF.
+ */
+export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
+  quantizeBlocks(x, T, cols, out, { interleave: true, scaleMul: 0.5, offset: N2_OFF });
 }
 
 /** TypeScript reference of mmq8_mxfp4: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
