@@ -8,17 +8,15 @@ import type { Model } from '../model/model.js';
 import { NgramDrafter } from '../generate/draft.js';
 import { greedy } from '../generate/greedy.js';
 import { RunRecorder } from '../generate/report.js';
-import { Sampler } from '../generate/sampling.js';
+import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
 import { acceptDraft } from '../generate/spec-sample.js';
-import { TextStopper } from '../generate/stop.js';
-import type { Tokenizer } from '../tokenizer/index.js';
+import type { TextStopper } from '../generate/stop.js';
 import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
 
-export async function generateAlone(model: Model, tok: Tokenizer | null, prompt: number[], opts: JobOptions, chunk: number, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
+/** `sampler` and `stopper` are the job's, made from `opts` (Engine.run checks the options by making them). */
+export async function generateAlone(model: Model, prompt: number[], opts: JobOptions, chunk: number, sampler: Sampler, stopper: TextStopper, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
   const V = model.config.vocabSize;
-  const sampler = new Sampler(opts.sampling);
-  const stopper = new TextStopper(tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
   const s = sampler.opts;
   const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
   const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);

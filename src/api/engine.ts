@@ -76,7 +76,7 @@ export class Engine {
     for (const id of prompt) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UserError(`token id ${id} is out of range (vocabulary ${V})`);
     const sampler = new Sampler(opts.sampling);
     const stopper = new TextStopper(this.tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
-    if ((opts.spec ?? 0) > 0 || opts.report) return this.alone(prompt, opts, onToken);
+    if ((opts.spec ?? 0) > 0 || opts.report) return this.alone(prompt, opts, sampler, stopper, onToken);
     return new Promise((done, fail) => {
       const now = performance.now();
       this.queue.push({ prompt, opts, sampler, stopper, onToken, done, fail, state: null, logits: null, cached: 0, t0: now, tStart: now, tFirst: now, tPrompt: now, prefilled: false });
@@ -84,10 +84,10 @@ export class Engine {
     });
   }
 
-  private async alone(prompt: number[], opts: JobOptions, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
+  private async alone(prompt: number[], opts: JobOptions, sampler: Sampler, stopper: TextStopper, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
     const t0 = performance.now();
     const signal = opts.signal ? AbortSignal.any([opts.signal, this.closing.signal]) : this.closing.signal;
-    const r = await this.exclusive(() => generateAlone(this.model, this.tok, prompt, { ...opts, signal }, this.opts.chunk, onToken));
+    const r = await this.exclusive(() => generateAlone(this.model, prompt, { ...opts, signal }, this.opts.chunk, sampler, stopper, onToken));
     r.timings.queueSeconds = (performance.now() - t0) / 1000 - r.timings.promptSeconds - r.timings.decodeSeconds;
     this.totals.requests++;
     this.totals.promptTokens += r.promptTokens;
