@@ -24,7 +24,7 @@
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CTRL_BYTES, CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
+import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { quantizeQ8T, q8tBytes } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
@@ -148,7 +148,7 @@ export class Kernels {
     this.top = arenaStart;
     this.buffers.add(memory.buffer);
     this.ctrl = pool.ctrl;
-    this.maxOps = maxOps(CTRL_BYTES);
+    this.maxOps = maxOps();
   }
 
   static async create(opts: KernelsOptions = {}): Promise<Kernels> {

@@ -1,8 +1,12 @@
 // Worker pool over one shared WebAssembly.Memory. Every thread (the main thread is thread 0)
 // runs the same kernel module on the same memory. A dispatch is a list of independent ops written
 // into the control block at the start of the memory; each op's rows [r0, r1) are split into
-// contiguous ranges, one per thread. Threads split rows, never a dot product, so the result is
-// the same bytes for any thread count.
+// pieces that the threads claim as they go (guided self-scheduling: a claim takes a share of what
+// is left, halving as the op drains). Threads split rows (or heads), never a dot product, and a
+// row's numbers do not depend on which thread computes it or with which neighbours, so the result
+// is the same bytes for any thread count and any order of claims. Claiming rather than a fixed
+// half each means a worker that wakes late, or runs slower, leaves its rows to the others instead
+// of making them wait.
 //
 // Signalling: control word SEQ is bumped (Atomics.add + notify) to start a dispatch; workers spin
 // on it for SPIN_US.worker, then sleep in Atomics.wait. Each worker adds 1 to DONE (and notifies)
@@ -23,6 +27,12 @@ const QUIT = 4;
 const ERROR = 5;
 const OPS = 16; // first op word
 export const OP_WORDS = 16;
+/** Ops one dispatch can hold: their words, then one claim word each (the next row or head to take). */
+const MAX_OPS = Math.floor((CTRL_BYTES / 4 - OPS) / (OP_WORDS + 1));
+const CLAIMS = OPS + MAX_OPS * OP_WORDS;
+/** A claimed piece of a matmul is at least this many multiply-adds (a few microseconds), so the
+ *  claims (one compare-exchange each) cost little next to the products. */
+const MIN_PIECE_MACS = 1 << 15;
 
 /** Op kinds: a matmul (mm_<fmt> for FMTS[word 1]), or one of the fused kernels (wasm/fused.ts). */
 export const OP_MATMUL = 0;
@@ -85,12 +95,6 @@ function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
   }
 }
 
-/** The share of rows [r0, r1) of thread tid out of n. */
-export function share(r0: number, r1: number, tid: number, n: number): [number, number] {
-  const len = r1 - r0;
-  return [r0 + Math.floor((len * tid) / n), r0 + Math.floor((len * (tid + 1)) / n)];
-}
-
 /** An instance's exports looked up once (runOps runs for every dispatch on every thread). */
 interface Bound {
   mm: ((...a: number[]) => number)[];
@@ -111,7 +115,42 @@ function bind(ex: KernelExports): Bound {
   return b;
 }
 
-/** Run this thread's share of the ops in the control block. */
+/** Claim the next piece of op i's range (ends at hi): its start, or hi when none is left. The
+ *  piece is a 1/(2n) share of what is left, at least `min`, in multiples of `gran`. */
+function claim(ctrl: Int32Array, i: number, hi: number, nth: number, min: number, gran: number): [number, number] {
+  for (;;) {
+    const a = Atomics.load(ctrl, CLAIMS + i);
+    if (a >= hi) return [hi, hi];
+    let c = Math.max(min, Math.ceil((hi - a) / (2 * nth)));
+    c = Math.ceil(c / gran) * gran;
+    const b = Math.min(hi, a + c);
+    if (Atomics.compareExchange(ctrl, CLAIMS + i, a, b) === a) return [a, b];
+  }
+}
+
+/** Run one piece [a, b) of op o (rows of a matmul; heads or activation units of the others). */
+function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number, b: number, scratch: number): void {
+  if (kind === OP_MATMUL) {
+    B.mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
+  } else if (kind === OP_MVT) {
+    const mvT = B.mvT[ctrl[o + 1]!]!;
+    for (let h = a; h < b; h++) {
+      mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
+        ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
+    }
+  } else if (kind === OP_ACT) {
+    B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
+  } else {
+    // fused op: its arguments, then the head range
+    const nargs = FUSED[kind]![1];
+    const args: number[] = [];
+    for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
+    B.fused[kind]!(...args, a, b);
+  }
+}
+
+/** Run the ops in the control block: all of each on one thread, or, on several, the pieces this
+ *  thread claims. */
 export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch: number): void {
   const nops = ctrl[NOPS]!;
   const nth = ctrl[NTHREADS]!;
@@ -120,29 +159,28 @@ export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
     const kind = ctrl[o]!;
-    if (kind === OP_MATMUL) {
-      const [a, b] = share(ctrl[o + 10]!, ctrl[o + 11]!, tid, nth);
-      if (a < b) B.mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
+    // a matmul's rows are words 10, 11; the other kinds split a range [h0, h1) in words 14, 15
+    const mm = kind === OP_MATMUL;
+    const lo = ctrl[o + (mm ? 10 : 14)]!, hi = ctrl[o + (mm ? 11 : 15)]!;
+    if (nth === 1) {
+      if (lo < hi) runPiece(B, ctrl, o, kind, lo, hi, scratch);
       continue;
     }
-    // the other kinds split a range [h0, h1) in words 14, 15 like rows (heads, or act units)
-    const [a, b] = share(ctrl[o + 14]!, ctrl[o + 15]!, tid, nth);
-    if (a >= b) continue;
-    if (kind === OP_MVT) {
-      const mvT = B.mvT[ctrl[o + 1]!]!;
-      for (let h = a; h < b; h++) {
-        mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
-          ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
-      }
-    } else if (kind === OP_ACT) {
-      B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
-    } else {
-      // fused op: its arguments, then the head range
-      const nargs = FUSED[kind]![1];
-      const args: number[] = [];
-      for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
-      B.fused[kind]!(...args, a, b);
+    // matmul pieces: an even number of rows (the tiled kernel takes rows in pairs), enough work each
+    const min = mm ? Math.max(2, Math.ceil(MIN_PIECE_MACS / Math.max(1, ctrl[o + 6]! * ctrl[o + 8]!))) : 1;
+    for (;;) {
+      const [a, b] = claim(ctrl, i, hi, nth, min, mm ? 2 : 1);
+      if (a >= b) break;
+      runPiece(B, ctrl, o, kind, a, b, scratch);
     }
+  }
+}
+
+/** Before a dispatch on several threads: every op's claim word at the start of its range. */
+function resetClaims(ctrl: Int32Array, nops: number): void {
+  for (let i = 0; i < nops; i++) {
+    const o = OPS + i * OP_WORDS;
+    ctrl[CLAIMS + i] = ctrl[o + (ctrl[o] === OP_MATMUL ? 10 : 14)]!;
   }
 }
 
@@ -173,8 +211,9 @@ export function writeFusedOp(ctrl: Int32Array, i: number, kind: number, args: re
   ctrl[o + 15] = h1;
 }
 
-export function maxOps(ctrlBytes: number): number {
-  return Math.floor((ctrlBytes / 4 - OPS) / OP_WORDS);
+/** Ops one dispatch can hold. */
+export function maxOps(): number {
+  return MAX_OPS;
 }
 
 interface WorkerInit {
@@ -248,6 +287,7 @@ export class Pool {
       runOps(this.ex, c, 0, this.mainScratch);
       return;
     }
+    resetClaims(c, nops);
     Atomics.store(c, DONE, 0);
     Atomics.store(c, ERROR, 0);
     Atomics.add(c, SEQ, 1);
