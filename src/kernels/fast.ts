@@ -28,7 +28,7 @@ import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, 
 import { quantizeQ8, q8Bytes } from './wasm/q8.js';
 import { quantizeQ8T, q8tBytes } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, ACT_OPS, type MatmulOpWords } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, ACT_OPS } from './pool.js';
 import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
 import { formatMiB } from '../util/format.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
@@ -110,6 +110,25 @@ const SDT: Record<string, number> = { F32: 0, BF16: 1, F16: 2 };
 const SBYTES = [4, 2, 2];
 const align = (n: number, a: number): number => Math.ceil(n / a) * a;
 
+/** Activations prepared for one layout (0/1 rows, 2/3 tiles, id/bf perm; 4 q8; 5 q7) at `off`. */
+interface Prep {
+  x: Float32Array;
+  layout: number;
+  cols: number;
+  T: number;
+  off: number;
+}
+
+/** An output computed in the arena at `off`, copied to `y` (rows [r0, r1) of each token) after the dispatch. */
+interface OutCopy {
+  y: Float32Array;
+  off: number;
+  T: number;
+  rows: number;
+  r0: number;
+  r1: number;
+}
+
 interface Resolved {
   fmt: Fmt;
   w: number;
@@ -122,6 +141,8 @@ interface Resolved {
 export class Kernels {
   private top: number;
   private readonly buffers = new WeakSet<ArrayBufferLike>();
+  /** The memory's buffer when last seen (a grown shared memory hands out a new one). */
+  private lastBuffer: ArrayBufferLike | null = null;
   private readonly ctrl: Int32Array;
   private readonly maxOps: number;
   /**
@@ -235,7 +256,10 @@ export class Kernels {
 
   private get buffer(): ArrayBufferLike {
     const b = this.memory.buffer;
-    this.buffers.add(b);
+    if (b !== this.lastBuffer) {
+      this.buffers.add(b);
+      this.lastBuffer = b;
+    }
     return b;
   }
 
@@ -258,6 +282,15 @@ export class Kernels {
     return { offset, bytes, u8: new Uint8Array(this.buffer, offset, bytes) };
   }
 
+  /** alloc without the view: the offset only (kernel arguments). */
+  private allocOffset(bytes: number, alignment = 64): number {
+    const offset = align(this.top, alignment);
+    const end = offset + bytes;
+    if (end > this.memory.buffer.byteLength) return this.alloc(bytes, alignment).offset;
+    this.top = end;
+    return offset;
+  }
+
   /** A Float32Array of n elements in kernel memory. */
   allocF32(n: number): Float32Array {
     const r = this.alloc(n * 4, 64);
@@ -277,7 +310,8 @@ export class Kernels {
 
   /** Whether a view lies in this kernel memory (then it can be used in place). */
   contains(a: ArrayBufferView): boolean {
-    return a.buffer === this.memory.buffer || this.buffers.has(a.buffer);
+    const b = a.buffer;
+    return b === this.lastBuffer || b === this.buffer || this.buffers.has(b);
   }
 
   /** Copy a weight into the arena; the returned view is used in place by every call. */
@@ -410,11 +444,14 @@ export class Kernels {
     }
     const m = this.mark();
     try {
-      const xCache = new Map<Float32Array, Map<string, number>>();
-      const copies: { y: Float32Array; off: number; T: number; rows: number; r0: number; r1: number }[] = [];
+      // activations prepared once per (array, layout, cols, T): a short list, searched linearly
+      // (a dispatch has a few ops; a Map of strings per call cost more than the search)
+      const preps: Prep[] = [];
+      const copies: OutCopy[] = [];
       let macs = 0;
       let experts = false;
-      ops.forEach((op, i) => {
+      for (let i = 0; i < ops.length; i++) {
+        const op = ops[i]!;
         const R = this.resolve(op.w);
         const T = op.T, r0 = op.r0 ?? 0, r1 = op.r1 ?? R.rows;
         if (!(Number.isInteger(T) && T >= 0)) throw new RangeError(`bad T ${T}`);
@@ -426,28 +463,29 @@ export class Kernels {
         const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
         const q7 = R.sdt === Q7_SDT;
         if (R.fmt === 'mxfp4' || R.fmt === 'int4') experts = true;
-        let byPerm = xCache.get(op.x);
-        if (!byPerm) xCache.set(op.x, (byPerm = new Map()));
-        const key = q8 ? `q8:${R.cols}:${T}` : q7 ? `q7:${R.cols}:${T}` : `${tiled ? 'tile' : 'row'}:${perm}:${R.cols}:${T}`;
-        let x = byPerm.get(key);
-        if (x === undefined) byPerm.set(key, (x = q8 ? this.prepQ8(op.x, T, R.cols) : q7 ? this.prepQ8T(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled)));
+        const layout = q8 ? 4 : q7 ? 5 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0);
+        let x = -1;
+        for (const p of preps) if (p.x === op.x && p.layout === layout && p.cols === R.cols && p.T === T) x = p.off;
+        if (x < 0) {
+          x = q8 ? this.prepQ8(op.x, T, R.cols) : q7 ? this.prepQ8T(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled);
+          preps.push({ x: op.x, layout, cols: R.cols, T, off: x });
+        }
         if (q8) R.sdt = Q8_SDT;
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
         else {
-          y = this.alloc(T * R.rows * 4).offset;
+          y = this.allocOffset(T * R.rows * 4);
           copies.push({ y: op.y, off: y, T, rows: R.rows, r0, r1 });
         }
-        const words: MatmulOpWords = { fmt: FMT_CODE[R.fmt], w: R.w, s: R.s, sdt: R.sdt, rows: R.rows, cols: R.cols, x, T, y, r0, r1 };
-        writeMatmulOp(this.ctrl, i, words);
+        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, R.sdt, R.rows, R.cols, x, T, y, r0, r1);
         macs += (r1 - r0) * R.cols * T;
-      });
+      }
       if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');
       else this.pool.run(ops.length, this.threadsFor(macs));
       const buf = this.buffer;
       for (const c of copies) {
-        const tmp = new Float32Array(buf, c.off, c.T * c.rows);
-        for (let t = 0; t < c.T; t++) c.y.set(tmp.subarray(t * c.rows + c.r0, t * c.rows + c.r1), t * c.rows + c.r0);
+        if (c.r0 === 0 && c.r1 === c.rows) c.y.set(new Float32Array(buf, c.off, c.T * c.rows));
+        else for (let t = 0; t < c.T; t++) c.y.set(new Float32Array(buf, c.off + 4 * (t * c.rows + c.r0), c.r1 - c.r0), t * c.rows + c.r0);
       }
     } finally {
       this.release(m);

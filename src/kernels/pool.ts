@@ -59,21 +59,6 @@ const FUSED: Record<number, [string, number]> = {
   [OP_ACT]: ['', 5],
 };
 
-/** Words of a matmul op: kind, fmt, w, s, sdt, rows, cols, x, T, y, r0, r1. */
-export interface MatmulOpWords {
-  fmt: number;
-  w: number;
-  s: number;
-  sdt: number;
-  rows: number;
-  cols: number;
-  x: number;
-  T: number;
-  y: number;
-  r0: number;
-  r1: number;
-}
-
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
  *  the workers before sleeping. Spinning avoids a futex wake-up (tens of microseconds) between
  *  the many small dispatches of a decode step, at the cost of a busy core meanwhile. The worker
@@ -184,20 +169,22 @@ function resetClaims(ctrl: Int32Array, nops: number): void {
   }
 }
 
-export function writeMatmulOp(ctrl: Int32Array, i: number, op: MatmulOpWords): void {
+/** Words of a matmul op: kind, fmt (index into FMTS), w, s, sdt, rows, cols, x, T, y, r0, r1 (offsets in bytes). */
+export function writeMatmulOp(ctrl: Int32Array, i: number, fmt: number, w: number, s: number, sdt: number, rows: number, cols: number,
+  x: number, T: number, y: number, r0: number, r1: number): void {
   const o = OPS + i * OP_WORDS;
   ctrl[o] = OP_MATMUL;
-  ctrl[o + 1] = op.fmt;
-  ctrl[o + 2] = op.w | 0;
-  ctrl[o + 3] = op.s | 0;
-  ctrl[o + 4] = op.sdt;
-  ctrl[o + 5] = op.rows;
-  ctrl[o + 6] = op.cols;
-  ctrl[o + 7] = op.x | 0;
-  ctrl[o + 8] = op.T;
-  ctrl[o + 9] = op.y | 0;
-  ctrl[o + 10] = op.r0;
-  ctrl[o + 11] = op.r1;
+  ctrl[o + 1] = fmt;
+  ctrl[o + 2] = w | 0;
+  ctrl[o + 3] = s | 0;
+  ctrl[o + 4] = sdt;
+  ctrl[o + 5] = rows;
+  ctrl[o + 6] = cols;
+  ctrl[o + 7] = x | 0;
+  ctrl[o + 8] = T;
+  ctrl[o + 9] = y | 0;
+  ctrl[o + 10] = r0;
+  ctrl[o + 11] = r1;
 }
 
 /** A fused op: `args` (at most 13 i32 words) then the head range [h0, h1). */
