@@ -291,3 +291,25 @@ test('bad inputs are refused', () => {
   assert.throws(() => k1.matmul(w, randX(32), 1, new Float32Array(4), 2, 9), /row range/);
   assert.throws(() => k1.matmul(makeWeight('f32', 2, 8192), randX(8192), 1, new Float32Array(2)), /maxCols/);
 });
+
+test('rows claimed at run time: 4 threads on 2 cores, batches of products, 12 repeats, the reference bytes every time', async () => {
+  // More threads than cores: which thread claims which piece of an op changes from run to run.
+  const k4 = await createKernels({ threads: 4, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1 });
+  try {
+    const ops = (['bf16', 'mxfp4', 'bf16', 'f32'] as const).map((format, i) => {
+      const rows = 96 + 37 * i, cols = 256, T = i === 1 ? 5 : 1; // T = 5: the tiled path
+      const w = makeWeight(format, rows, cols, 'F32');
+      const x = randX(T * cols);
+      const want = new Float32Array(T * rows);
+      ref.matmul(w, x, T, want);
+      return { w, x, T, want };
+    });
+    for (let rep = 0; rep < 12; rep++) {
+      const ys = ops.map((o) => new Float32Array(o.want.length));
+      k4.matmulBatch(ops.map((o, i) => ({ w: o.w, x: o.x, T: o.T, y: ys[i]! })));
+      ops.forEach((o, i) => sameBytes(ys[i]!, o.want, `${o.w.name} T=${o.T} repeat ${rep}`));
+    }
+  } finally {
+    await k4.close();
+  }
+});
