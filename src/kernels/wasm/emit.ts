@@ -101,6 +101,7 @@ export const f32 = {
   },
   load: (a: Code, off = 0): Code => [a, 0x2a, memarg(2, off)],
   store: (a: Code, v: Code, off = 0): Code => [a, v, 0x38, memarg(2, off)],
+  eq: bin(0x5b), ne: bin(0x5c),
   add: bin(0x92), sub: bin(0x93), mul: bin(0x94), div: bin(0x95),
   convert_i32_s: un(0xb2),
   reinterpret_i32: un(0xbe),
@@ -167,10 +168,14 @@ export const i8x16 = {
   relaxed_swizzle: vbin(0x100),
   splat: vun(0x0f),
   shr_u: vshift(0x6d),
+  /** Signed saturating narrow: lanes 0-7 from a, 8-15 from b. */
+  narrow_i16x8_s: vbin(0x65),
 };
 
 export const i16x8 = {
   splat: vun(0x10),
+  /** Signed saturating narrow: lanes 0-3 from a, 4-7 from b. */
+  narrow_i32x4_s: vbin(0x85),
   extend_low_i8x16_u: vun(0x89),
   extend_high_i8x16_u: vun(0x8a),
   shl: vshift(0x8b), shr_u: vshift(0x8d),
@@ -184,12 +189,18 @@ export const i32x4 = {
   extend_high_i16x8_u: vun(0xaa),
   shl: vshift(0xab), shr_s: vshift(0xac), shr_u: vshift(0xad),
   add: vbin(0xae), sub: vbin(0xb1),
+  min_s: vbin(0xb6),
+  /** Both f64 lanes toward zero into lanes 0-1 (NaN -> 0, out of range -> INT32_MIN / MAX); lanes 2-3 zero. */
+  trunc_sat_f64x2_s_zero: vun(0xfc),
 };
 
 export const f32x4 = {
   splat: vun(0x13),
   extract_lane: (a: Code, l: number): Code => [a, simd(0x1f), l],
+  abs: vun(0xe0),
   add: vbin(0xe4), sub: vbin(0xe5), mul: vbin(0xe6),
+  /** pmin(a, b) = b < a ? b : a;  pmax(a, b) = a < b ? b : a (per lane, as written: a NaN b leaves a). */
+  pmin: vbin(0xea), pmax: vbin(0xeb),
   convert_i32x4_s: vun(0xfa),
   /** Both f64 lanes rounded to f32 (nearest even) in lanes 0-1; lanes 2-3 zero. */
   demote_f64x2_zero: vun(0x5e),

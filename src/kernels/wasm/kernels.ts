@@ -30,7 +30,7 @@ import {
 import { addFused } from './fused.js';
 import { addAct } from './act.js';
 import { addKdaBlock } from './kda-block.js';
-import { addQ8 } from './q8.js';
+import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 
 /** `sdt` word of an mxfp4 matmul op that selects the optional 8-bit-activation kernel (q8.ts):
@@ -853,6 +853,9 @@ export function generate(opts: GenOptions): Generated {
 
   // ---- gated activations: SiLU / SiTU with their own exp and tanh (act.ts) ----
   addAct(fnx, K);
+
+  // ---- the activation quantizer of the 8-bit paths (q8.ts quantizeBlocks) ----
+  addQuantizeBlocks(fnx, K);
 
   const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true });
   const consts = new Uint8Array(16 * pool.length);

@@ -16,7 +16,8 @@
 // unsigned) and Arm (sdot, signed) read the same values, and the i16 pair sums
 // (|.| <= 2 * 127 * 127) never saturate. The weight is that operand, offset by 64 into 1..127.
 //
-// Activations (quantizeQ8T, per call and token, natural order): per token and block b,
+// Activations (quantizeQ8T, per call and token, natural order; the Kernels class runs the Wasm
+// q8_act of q8.ts, same bytes): per token and block b,
 //   amax = max |x_i|,  d = f32(amax / 127),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(x_i * id)), -127, 127) (int8),  c_b = 64 * sum_b q_i.
 // One token: cols int8; after all T tokens' bytes come T * nb f32 scales d, then T * nb i32 c_b.
@@ -93,12 +94,15 @@ export function requantizeQ7InPlace(buf: Uint8Array, rows: number, cols: number)
   buf.set(new Uint8Array(scales.buffer), rows * cols);
 }
 
+/** quantizeQ8T's layout (the Kernels class passes it to q8_act, wasm/q8.ts). */
+export const Q8T_LAYOUT = { interleave: false, scaleMul: 1, offset: Q7_OFF } as const;
+
 /**
  * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8tBytes(T, cols) bytes, offset a
  * multiple of 4): per token the int8 values, then all tokens' f32 scales, then the i32 c_b.
  */
 export function quantizeQ8T(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
-  quantizeBlocks(x, T, cols, out, { interleave: false, scaleMul: 1, offset: Q7_OFF });
+  quantizeBlocks(x, T, cols, out, Q8T_LAYOUT);
 }
 
 /** TypeScript reference of mmq7: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */

@@ -5,8 +5,9 @@
 // reduced in one fixed order that depends neither on the thread count nor on T, and the Wasm
 // kernel gives the bytes of the TypeScript reference below (test/fast-experts.test.ts).
 //
-// Activations (quantizeQ8, TypeScript, once per call and token, shared by both sides): per token
-// and block b of 32 columns (the MXFP4 weight blocks),
+// Activations (quantizeQ8, the TypeScript definition, once per call and token; the Kernels class
+// runs q8_act, its Wasm twin at the bottom, which writes the same bytes): per token and block b of
+// 32 columns (the MXFP4 weight blocks),
 //   amax = max |x_i|,  d = f32(amax / 127),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(x_i * id)), -127, 127)  (int8),   dh_b = f32(d * 0.5).
 // Layout of one token: per block 32 bytes, q of the 16 even columns then of the 16 odd columns
@@ -36,7 +37,7 @@
 // shuffle+add levels. Integer sums are exact, so their order is free and both variants give the
 // same bytes. Then convert, one f32x4 multiply by the four s_b and one add into the lanes.
 
-import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
+import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, if_, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, f64x2, uleb, shuffle32 } from './emit.js';
 import { E2M1_TABLE, e8m0ToF32 } from '../../formats/dtypes.js';
 import type { WeightView } from '../../formats/weight.js';
 
@@ -94,13 +95,16 @@ export function quantizeBlocks(x: Float32Array, T: number, cols: number, out: Ui
   }
 }
 
+/** quantizeQ8's layout (the Kernels class passes it to q8_act, the Wasm quantizer below). */
+export const Q8_LAYOUT = { interleave: true, scaleMul: 0.5, offset: N2_OFF } as const;
+
 /**
  * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8Bytes(T, cols) bytes, offset a
  * multiple of 4): per token the int8 blocks (even columns, then odd, per block), then all tokens'
  * f32 scales dh = d / 2 (the weights are 2 * E2M1), then the corrections for N2_OFF.
  */
 export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8Array): void {
-  quantizeBlocks(x, T, cols, out, { interleave: true, scaleMul: 0.5, offset: N2_OFF });
+  quantizeBlocks(x, T, cols, out, Q8_LAYOUT);
 }
 
 /** TypeScript reference of mmq8_mxfp4: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
@@ -253,6 +257,88 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
         ...tokens(TT),
         set(t, i32.add(get(t), i32.const(TT))), br(0)))),
       set(r, i32.add(get(r), i32.const(1))), br(0))),
+  ];
+  return f;
+}
+
+// ---- the activation quantizer in Wasm ----------------------------------------------------------
+
+/**
+ * q8_act(x, out, T, cols, interleave, scaleBits, offset): the bytes quantizeBlocks writes (the
+ * TypeScript reference above, which stays the definition; test/q8-act.test.ts compares them byte
+ * for byte), `scaleMul` given as its f32 bits, `interleave` 0 or 1. x [T, cols] and the output are
+ * contiguous, so the T * nb blocks are one run. Per block, quantizeBlocks' operations, each giving
+ * the same value:
+ *   amax: JS `if (a > amax) amax = a` from 0 skips NaN. f32x4.pmax(acc, a) = acc < a ? a : acc
+ *     keeps acc when a is NaN, so each chain starts from +0 with the |x| as second operand; the
+ *     max of non-NaN values does not depend on the order: two chains of four, then a horizontal
+ *     pmax of (non-NaN) lanes.
+ *   d = f32(amax / 127), id = d ? f32(1 / d) : 0, f32(d * scaleMul): JS divides / multiplies in
+ *     double and rounds to f32; f32.div / f32.mul round once, which is the same (53 >= 2 * 24 + 2
+ *     bits, so double rounding is innocuous), Infinity and subnormals included.
+ *   v = f32(x * id): |v| = f32(|x| * id) by f32x4.mul (rounding is sign-symmetric).
+ *   n: JS takes floor(-v + 0.5) (v < 0) or floor(v + 0.5) in DOUBLE, i.e. floor(|v| + 0.5) with
+ *     v's sign. The same here: |v| promoted to f64 (exact), + 0.5 in f64 (not f32: f32 would
+ *     round 0.49999997 + 0.5 up to 1), then i32x4.trunc_sat_f64x2_s_zero, which is floor for
+ *     these non-negative values, NaN -> 0 as JS's `n | 0`, and saturates (then the clamp to 127
+ *     gives JS's clamp). The sign is x's: v < 0 needs x < 0 (id >= 0), and where x is negative
+ *     but v is not (v = -0 or NaN) the magnitude is 0.
+ *   sum of n: exact integers, any order; corr = offset * sum (i32.mul: |.| <= 64 * 32 * 127).
+ *   int8 bytes: saturating narrows (exact, |n| <= 127), then for the interleaved layout one
+ *     shuffle to the 16 even columns then the 16 odd.
+ * Nothing depends on relaxed SIMD.
+ */
+export function addQuantizeBlocks(fnx: FnMaker, K: ConstLocal): Fn {
+  const f = fnx('q8_act', { x: I32, out: I32, T: I32, cols: I32, inter: I32, smul: I32, off: I32 });
+  const P = (n: string): Code => get(f.p(n));
+  const L = (n: string, t: typeof I32 | typeof F32 | typeof V128 = I32): number => f.local(n, t);
+  const zero = K(f, splat32(0)), k127 = K(f, splat32(127));
+  const half = K(f, new Uint8Array(new Float64Array([0.5, 0.5]).buffer));
+  const xp = L('xp'), end = L('end'), qp = L('qp'), dp = L('dp'), cp = L('cp'), sum = L('sum');
+  const d = L('d', F32), ms = L('ms', F32);
+  const xv = Array.from({ length: 8 }, (_, k) => L(`x${k}`, V128));
+  const av = Array.from({ length: 8 }, (_, k) => L(`a${k}`, V128));
+  const nv = Array.from({ length: 8 }, (_, k) => L(`n${k}`, V128));
+  const m = L('m', V128), idv = L('idv', V128), qa = L('qa', V128), qb = L('qb', V128), s = L('s', V128);
+  const chain = (ks: number[]): Code => ks.reduce<Code>((acc, k) => f32x4.pmax(acc, get(av[k]!)), get(zero));
+  /** floor(f64(a) + 0.5) of the f32x4 a (non-negative or NaN) as i32x4, NaN -> 0, saturated. */
+  const round = (a: number): Code => shuffle32(
+    i32x4.trunc_sat_f64x2_s_zero(f64x2.add(f64x2.promote_low_f32x4(get(a)), get(half))),
+    i32x4.trunc_sat_f64x2_s_zero(f64x2.add(f64x2.promote_low_f32x4(shuffle32(get(a), get(a), [2, 3, 0, 1])), get(half))),
+    [0, 1, 4, 5]);
+  const narrow = (k: number): Code => i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(get(nv[k]!), get(nv[k + 1]!)), i16x8.narrow_i32x4_s(get(nv[k + 2]!), get(nv[k + 3]!)));
+  f.body = [
+    set(xp, P('x')),
+    set(end, i32.add(P('x'), i32.shl(i32.mul(P('T'), P('cols')), i32.const(2)))),
+    set(qp, P('out')),
+    set(dp, i32.add(P('out'), i32.mul(P('T'), P('cols')))),
+    set(cp, i32.add(get(dp), i32.mul(P('T'), i32.shr_u(P('cols'), i32.const(3))))), // + 4 * T * nb
+    set(ms, f32.reinterpret_i32(P('smul'))),
+    block(loop(br_if(1, i32.ge_u(get(xp), get(end))),
+      ...xv.flatMap((x, k) => [set(x, v128.load(get(xp), 16 * k)), set(av[k]!, f32x4.abs(get(x)))]),
+      set(m, f32x4.pmax(chain([0, 1, 2, 3]), chain([4, 5, 6, 7]))),
+      set(m, f32x4.pmax(get(m), shuffle32(get(m), get(m), [2, 3, 0, 1]))),
+      set(m, f32x4.pmax(get(m), shuffle32(get(m), get(m), [1, 0, 3, 2]))),
+      set(d, f32.div(f32x4.extract_lane(get(m), 0), f32.const(127))),
+      set(idv, f32x4.splat(select(f32.div(f32.const(1), get(d)), f32.const(0), f32.ne(get(d), f32.const(0))))),
+      ...av.flatMap((a, k) => [
+        set(a, f32x4.mul(get(a), get(idv))),
+        set(s, i32x4.shr_s(get(xv[k]!), i32.const(31))), // -1 where x's sign bit is set
+        set(nv[k]!, i32x4.sub(v128.xor(i32x4.min_s(round(a), get(k127)), get(s)), get(s))),
+      ]),
+      set(m, i32x4.add(i32x4.add(i32x4.add(get(nv[0]!), get(nv[1]!)), i32x4.add(get(nv[2]!), get(nv[3]!))),
+        i32x4.add(i32x4.add(get(nv[4]!), get(nv[5]!)), i32x4.add(get(nv[6]!), get(nv[7]!))))),
+      set(sum, i32.add(i32.add(i32x4.extract_lane(get(m), 0), i32x4.extract_lane(get(m), 1)), i32.add(i32x4.extract_lane(get(m), 2), i32x4.extract_lane(get(m), 3)))),
+      set(qa, narrow(0)), set(qb, narrow(4)),
+      if_(P('inter'), [
+        v128.store(get(qp), i8x16.shuffle(get(qa), get(qb), Array.from({ length: 16 }, (_, i) => 2 * i))),
+        v128.store(get(qp), i8x16.shuffle(get(qa), get(qb), Array.from({ length: 16 }, (_, i) => 2 * i + 1)), 16),
+      ], [v128.store(get(qp), get(qa)), v128.store(get(qp), get(qb), 16)]),
+      f32.store(get(dp), f32.mul(get(d), get(ms))),
+      i32.store(get(cp), i32.mul(P('off'), get(sum))),
+      set(xp, i32.add(get(xp), i32.const(128))), set(qp, i32.add(get(qp), i32.const(32))),
+      set(dp, i32.add(get(dp), i32.const(4))), set(cp, i32.add(get(cp), i32.const(4))),
+      br(0))),
   ];
   return f;
 }
