@@ -14,6 +14,7 @@ import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { Tokenizer, demoTokenizerFiles } from '../src/tokenizer/index.js';
 import { UserError } from '../src/util/errors.js';
+import { xorshift } from './helpers.js';
 
 const MAIN = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
@@ -294,4 +295,19 @@ test('logit bias: added after the penalties, before the chain; checked; ids past
   assert.ok(new Sampler({ temperature: 1, logitBias: new Map([[0, -100]]) }).distribution(logits).probs[0]! < 1e-40, 'id 0 all but banned');
   assert.throws(() => new Sampler({ logitBias: new Map([[-1, 1]]) }), /logit bias ids/);
   assert.throws(() => new Sampler({ logitBias: new Map([[0, NaN]]) }), /finite/);
+});
+
+test('greedy without penalties or bias reads the argmax off the logits: the id the full chain picks', () => {
+  const rnd = xorshift(7);
+  const plain = new Sampler({ temperature: 0 });
+  // a bias of 0 on one id keeps the sampler off the shortcut, through the whole chain, same numbers
+  const chain = new Sampler({ temperature: 0, logitBias: new Map([[0, 0]]) });
+  for (let k = 0; k < 200; k++) {
+    const V = 1 + (k % 37);
+    const l = Float32Array.from({ length: V }, () => Math.floor(rnd() * 5) - 2); // many ties
+    if (k % 5 === 0) l[Math.floor(rnd() * V)] = NaN;
+    if (k % 7 === 0) l.fill(-Infinity);
+    if (k % 11 === 0) l.fill(NaN);
+    assert.equal(plain.sample(l, []), chain.sample(l, []), `case ${k}: ${Array.from(l).join(',')}`);
+  }
 });

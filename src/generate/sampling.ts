@@ -274,6 +274,20 @@ export function applyTemperature(c: Candidates, t: number): void {
   for (let i = 0; i < c.n; i++) c.logits[i] = c.logits[i]! / t;
 }
 
+/** Index of the first maximum of logits[0 .. V) (NaN never wins; all NaN: 0). */
+function firstMax(logits: ArrayLike<number>, V: number): number {
+  let best = 0;
+  let bestV = -Infinity;
+  for (let i = 0; i < V; i++) {
+    const v = logits[i]!;
+    if (v > bestV) {
+      bestV = v;
+      best = i;
+    }
+  }
+  return best;
+}
+
 /** Index of the first maximum among the live candidates, as an id. */
 function argmaxId(c: Candidates): number {
   let best = 0;
@@ -338,8 +352,17 @@ export class Sampler {
     return c;
   }
 
+  /** Greedy with nothing that changes a logit: the argmax is read off the logits themselves. */
+  private get plainGreedy(): boolean {
+    const o = this.opts;
+    return this.greedy && !this.bias && o.repetitionPenalty === 1 && o.presencePenalty === 0 && o.frequencyPenalty === 0;
+  }
+
   /** The next id, given the logits of the last position and the ids seen so far (prompt + generated). */
   sample(logits: ArrayLike<number>, history: readonly number[] = [], V = logits.length): number {
+    // the first maximum, as argmaxId over the candidates (ids ascending, f32 -> f64 exact), without
+    // copying a vocabulary-sized array per token
+    if (this.plainGreedy) return firstMax(logits, V);
     const c = this.filtered(logits, history, V);
     if (this.greedy) return argmaxId(c);
     const p = softmax(c);
