@@ -6,7 +6,8 @@ import * as ref from '../src/kernels/ref.js';
 import type { WeightView, WeightFormat } from '../src/formats/weight.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
-import { generate } from '../src/kernels/wasm/kernels.js';
+import { generate, FMTS } from '../src/kernels/wasm/kernels.js';
+import { writeMatmulOp } from '../src/kernels/pool.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
@@ -311,5 +312,25 @@ test('rows claimed at run time: 4 threads on 2 cores, batches of products, 12 re
     }
   } finally {
     await k4.close();
+  }
+});
+
+test('a piece that fails (out-of-bounds weights) fails the dispatch on any thread, and the pool goes on working', async () => {
+  const k = await createKernels({ threads: 2, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1 });
+  try {
+    const pool = (k as unknown as { pool: { ctrl: Int32Array; run(nops: number, nth: number): void } }).pool;
+    const bytes = k.memory.buffer.byteLength;
+    for (let rep = 0; rep < 5; rep++) {
+      // 512 rows of 256 bf16 columns read from past the end of the memory: every piece traps
+      writeMatmulOp(pool.ctrl, 0, FMTS.indexOf('bf16'), bytes - 4096, 0, 0, 512, 256, 64 << 10, 1, 128 << 10, 0, 512);
+      assert.throws(() => pool.run(1, 2), /out of bounds|kernel worker failed/);
+    }
+    const w = makeWeight('bf16', 300, 256);
+    const x = randX(256), want = new Float32Array(300), y = new Float32Array(300);
+    ref.matmul(w, x, 1, want);
+    k.matmul(w, x, 1, y);
+    sameBytes(y, want, 'after the failures');
+  } finally {
+    await k.close();
   }
 });

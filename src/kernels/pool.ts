@@ -8,10 +8,15 @@
 // half each means a worker that wakes late, or runs slower, leaves its rows to the others instead
 // of making them wait.
 //
-// Signalling: control word SEQ is bumped (Atomics.add + notify) to start a dispatch; workers spin
-// on it for SPIN_US.worker, then sleep in Atomics.wait. Each worker adds 1 to DONE (and notifies)
-// when its share is done; the main thread, after its own share, spins then waits until DONE
-// reaches the worker count.
+// Signalling. The caller writes a dispatch's ops into a staging area; run() copies them to the
+// live area the workers read. SEQ is odd while a dispatch is published and even while the main
+// thread is preparing the next one. A worker that sees a new odd SEQ announces itself (ACTIVE),
+// checks SEQ again (the main thread may have closed it meanwhile), claims pieces until none is
+// left, and adds each finished piece's size to DONE. The main thread claims pieces too, then waits
+// until DONE reaches the dispatch's total, not for every worker to check in: a worker that wakes
+// late finds nothing left and leaves. Before it rewrites the live area the main thread closes SEQ
+// and waits until no worker is inside (ACTIVE = 0). Workers spin on SEQ for SPIN_US.worker, then
+// sleep in Atomics.wait.
 
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
@@ -20,16 +25,22 @@ import { ACT_FNS } from './wasm/act.js';
 
 // control block layout (i32 words from the start of the memory)
 const SEQ = 0;
+/** Rows (or heads, units) of the live dispatch finished so far; TOTAL: all of them. */
 const DONE = 1;
 const NOPS = 2;
 const NTHREADS = 3;
 const QUIT = 4;
 const ERROR = 5;
-const OPS = 16; // first op word
+const TOTAL = 6;
+/** Workers inside the live dispatch. */
+const ACTIVE = 7;
+const OPS = 16; // first op word of the staging area (written by the caller)
 export const OP_WORDS = 16;
-/** Ops one dispatch can hold: their words, then one claim word each (the next row or head to take). */
-const MAX_OPS = Math.floor((CTRL_BYTES / 4 - OPS) / (OP_WORDS + 1));
-const CLAIMS = OPS + MAX_OPS * OP_WORDS;
+/** Ops one dispatch can hold: their staging words, live words and one claim word each (the next
+ *  row or head to take). */
+const MAX_OPS = Math.floor((CTRL_BYTES / 4 - OPS) / (2 * OP_WORDS + 1));
+const LIVE = OPS + MAX_OPS * OP_WORDS;
+const CLAIMS = LIVE + MAX_OPS * OP_WORDS;
 /** A claimed piece of a matmul is at least this many multiply-adds (a few microseconds), so the
  *  claims (one compare-exchange each) cost little next to the products. */
 const MIN_PIECE_MACS = 1 << 15;
@@ -134,39 +145,63 @@ function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number
   }
 }
 
-/** Run the ops in the control block: all of each on one thread, or, on several, the pieces this
- *  thread claims. */
-export function runOps(ex: KernelExports, ctrl: Int32Array, tid: number, scratch: number): void {
-  const nops = ctrl[NOPS]!;
-  const nth = ctrl[NTHREADS]!;
-  if (tid >= nth) return;
+/** Run the staged ops on the calling thread alone, each whole (no claims, no live area). */
+function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: number): void {
   const B = bind(ex);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS;
     const kind = ctrl[o]!;
-    // a matmul's rows are words 10, 11; the other kinds split a range [h0, h1) in words 14, 15
     const mm = kind === OP_MATMUL;
     const lo = ctrl[o + (mm ? 10 : 14)]!, hi = ctrl[o + (mm ? 11 : 15)]!;
-    if (nth === 1) {
-      if (lo < hi) runPiece(B, ctrl, o, kind, lo, hi, scratch);
-      continue;
-    }
+    if (lo < hi) runPiece(B, ctrl, o, kind, lo, hi, scratch);
+  }
+}
+
+/** Claim and run pieces of the live ops until none is left, adding each finished piece to DONE
+ *  (a failed one too, so nobody waits for it: the first error is returned after the rest). */
+function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number): unknown {
+  const B = bind(ex);
+  const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!, total = ctrl[TOTAL]!;
+  let err: unknown = null;
+  for (let i = 0; i < nops; i++) {
+    const o = LIVE + i * OP_WORDS;
+    const kind = ctrl[o]!;
+    // a matmul's rows are words 10, 11; the other kinds split a range [h0, h1) in words 14, 15
+    const mm = kind === OP_MATMUL;
+    const hi = ctrl[o + (mm ? 11 : 15)]!;
     // matmul pieces: an even number of rows (the tiled kernel takes rows in pairs), enough work each
     const min = mm ? Math.max(2, Math.ceil(MIN_PIECE_MACS / Math.max(1, ctrl[o + 6]! * ctrl[o + 8]!))) : 1;
     for (;;) {
       const [a, b] = claim(ctrl, i, hi, nth, min, mm ? 2 : 1);
       if (a >= b) break;
-      runPiece(B, ctrl, o, kind, a, b, scratch);
+      try {
+        runPiece(B, ctrl, o, kind, a, b, scratch);
+      } catch (e) {
+        err ??= e;
+        Atomics.store(ctrl, ERROR, 1);
+      }
+      if (Atomics.add(ctrl, DONE, b - a) + (b - a) === total) Atomics.notify(ctrl, DONE);
     }
   }
+  return err;
 }
 
-/** Before a dispatch on several threads: every op's claim word at the start of its range. */
-function resetClaims(ctrl: Int32Array, nops: number): void {
+/** Publish the staged ops (only while no worker is inside): copy them to the live area, each
+ *  claim word at the start of its range, DONE = 0; returns TOTAL, the sum of the ranges. */
+function stage(ctrl: Int32Array, nops: number): number {
+  let total = 0;
+  ctrl.copyWithin(LIVE, OPS, OPS + nops * OP_WORDS);
   for (let i = 0; i < nops; i++) {
-    const o = OPS + i * OP_WORDS;
-    ctrl[CLAIMS + i] = ctrl[o + (ctrl[o] === OP_MATMUL ? 10 : 14)]!;
+    const o = LIVE + i * OP_WORDS;
+    const mm = ctrl[o] === OP_MATMUL;
+    const lo = ctrl[o + (mm ? 10 : 14)]!, hi = ctrl[o + (mm ? 11 : 15)]!;
+    ctrl[CLAIMS + i] = lo;
+    total += Math.max(0, hi - lo);
   }
+  ctrl[TOTAL] = total;
+  Atomics.store(ctrl, DONE, 0);
+  Atomics.store(ctrl, ERROR, 0);
+  return total;
 }
 
 /** Words of a matmul op: kind, fmt (index into FMTS), w, s, sdt, rows, cols, x, T, y, r0, r1 (offsets in bytes). */
@@ -268,30 +303,29 @@ export class Pool {
     if (this.closed) throw new Error('kernel pool is closed');
     const c = this.ctrl;
     nth = Math.max(1, Math.min(nth, this.size));
-    c[NOPS] = nops;
-    c[NTHREADS] = nth;
     if (nth === 1) {
-      runOps(this.ex, c, 0, this.mainScratch);
+      // the staged ops, which no worker reads: nothing to publish or wait for
+      runAll(this.ex, c, nops, this.mainScratch);
       return;
     }
-    resetClaims(c, nops);
-    Atomics.store(c, DONE, 0);
-    Atomics.store(c, ERROR, 0);
-    Atomics.add(c, SEQ, 1);
-    Atomics.notify(c, SEQ);
-    let err: unknown;
-    try {
-      runOps(this.ex, c, 0, this.mainScratch);
-    } catch (e) {
-      err = e;
+    // close the last dispatch (SEQ even) and wait until no late worker is still inside it (one
+    // that is finds nothing left to claim and leaves at once)
+    if (Atomics.load(c, SEQ) & 1) Atomics.add(c, SEQ, 1);
+    while (Atomics.load(c, ACTIVE) !== 0) {
+      /* spin */
     }
-    const want = this.workers.length;
+    c[NOPS] = nops;
+    c[NTHREADS] = nth;
+    const total = stage(c, nops);
+    Atomics.add(c, SEQ, 1); // odd: published
+    Atomics.notify(c, SEQ);
+    const err = runClaims(this.ex, c, this.mainScratch);
     const tw = this.timed ? performance.now() : 0;
     for (;;) {
       let d = Atomics.load(c, DONE);
-      if (d >= want) break;
+      if (d >= total) break;
       d = spinWhile(c, DONE, d, this.spinUs);
-      if (d >= want) break;
+      if (d >= total) break;
       if (d === Atomics.load(c, DONE)) Atomics.wait(c, DONE, d, 100);
     }
     if (this.timed) this.waitMs += performance.now() - tw;
@@ -312,23 +346,26 @@ export class Pool {
 function workerMain(init: WorkerInit): void {
   const ex = instantiate(init.module, init.memory);
   const ctrl = new Int32Array(init.memory.buffer, 0, CTRL_BYTES / 4);
-  let seq = Atomics.load(ctrl, SEQ);
+  let seen = Atomics.load(ctrl, SEQ);
   parentPort?.postMessage('ready');
   for (;;) {
-    let s = spinWhile(ctrl, SEQ, seq, init.spinUs);
-    while (s === seq) {
-      Atomics.wait(ctrl, SEQ, seq);
-      s = Atomics.load(ctrl, SEQ);
+    // the next published dispatch: SEQ odd and new
+    let s = Atomics.load(ctrl, SEQ);
+    while (s === seen || !(s & 1)) {
+      if (Atomics.load(ctrl, QUIT)) return;
+      const v = s;
+      s = spinWhile(ctrl, SEQ, v, init.spinUs);
+      if (s === v) {
+        Atomics.wait(ctrl, SEQ, v);
+        s = Atomics.load(ctrl, SEQ);
+      }
     }
-    seq = s;
     if (Atomics.load(ctrl, QUIT)) return;
-    try {
-      runOps(ex, ctrl, init.tid, init.scratch);
-    } catch {
-      Atomics.store(ctrl, ERROR, 1);
-    }
-    Atomics.add(ctrl, DONE, 1);
-    Atomics.notify(ctrl, DONE);
+    Atomics.add(ctrl, ACTIVE, 1);
+    // closed meanwhile: its live area may be rewritten, so stay out
+    if (Atomics.load(ctrl, SEQ) === s && init.tid < ctrl[NTHREADS]!) runClaims(ex, ctrl, init.scratch);
+    Atomics.sub(ctrl, ACTIVE, 1);
+    seen = s;
   }
 }
 
