@@ -4,7 +4,9 @@
 // fixed order that depends neither on the thread count nor on T, and the Wasm kernel gives the
 // bytes of the TypeScript reference below, relaxed SIMD on or off (test/fast-trunk.test.ts).
 //
-// Weights (requantizeQ7InPlace, once per piece when it is read): per row and block b of 32
+// Weights (requantizeQ7InPlace, once per piece when it is read, by the store on its thread: the
+// Wasm q7_requant at the bottom, on its own memory, in chunks of rows; requantizeQ7Ref is the
+// TypeScript definition, same bytes, test/q7-requant.test.ts): per row and block b of 32
 // columns of bf16 values w_i,
 //   amax = max |w_i|,  d = f32(amax / 63),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(w_i * id)), -63, 63),   stored byte q_i + 64 (1..127).
@@ -34,7 +36,7 @@
 // Integer sums are exact, so both variants give the same i32 and the same bytes.
 
 import { q8Bytes, quantizeBlocks } from './q8.js';
-import { type Code, type Fn, I32, F32, V128, get, set, block, loop, br, br_if, i32, f32, v128, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
+import { type Code, Fn, I32, F32, V128, assemble, get, set, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
 type ConstLocal = (f: Fn, b: Uint8Array) => number;
@@ -55,11 +57,13 @@ export function q8tBytes(T: number, cols: number): number {
 }
 
 /**
- * Requantize `rows` bf16 rows of `cols` columns (a multiple of 32) at buf[0 ..) to the 'q7' layout,
- * in place (see the top). Row r's bytes land at [r*cols, (r+1)*cols), below its bf16 bytes, and
- * the scales are kept aside until every row is read, so nothing is overwritten before it is read.
+ * TypeScript reference of requantizeQ7InPlace (the definition; the Wasm q7_requant below writes
+ * the same bytes, test/q7-requant.test.ts): `rows` bf16 rows of `cols` columns (a multiple of 32)
+ * at buf[0 ..) to the 'q7' layout, in place (see the top). Row r's bytes land at
+ * [r*cols, (r+1)*cols), below its bf16 bytes, and the scales are kept aside until every row is
+ * read, so nothing is overwritten before it is read.
  */
-export function requantizeQ7InPlace(buf: Uint8Array, rows: number, cols: number): void {
+export function requantizeQ7Ref(buf: Uint8Array, rows: number, cols: number): void {
   if (cols % 32) throw new RangeError(`q7: columns ${cols} not a multiple of 32`);
   const nb = cols / 32;
   const bits = new Uint32Array(cols);
@@ -239,4 +243,144 @@ export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
       set(r, i32.add(get(r), i32.const(1))), br(0))),
   ];
   return f;
+}
+
+// ---- the weight requantizer in Wasm --------------------------------------------------------
+
+const f32x4ge = vbin(0x46); // f32x4.ge
+const truncSatS = (a: Code): Code => [a, simd(0xf8)]; // i32x4.trunc_sat_f32x4_s (NaN -> 0, saturating)
+
+/**
+ * q7_requant(src, dst, sc, n): n blocks of 32 bf16 values at src (contiguous: rows of nb blocks
+ * are one run) to n * 32 q7 bytes at dst and n f32 scales at sc. Per block, requantizeQ7Ref's
+ * operations, each giving the same value:
+ *   w: bf16 bits << 16, the f32 exactly (i32x4.extend_{low,high}_i16x8_u, then a shift).
+ *   amax: JS `if (a > amax) amax = a` from 0 skips NaN; f32x4.pmax(acc, a) = acc < a ? a : acc
+ *     keeps acc when a is NaN, so each chain starts from +0 with the |w| second (as q8_act).
+ *   d = f32(amax / 63), f32(1 / d): JS divides in double and rounds to f32; f32.div rounds once,
+ *     the same (53 >= 2 * 24 + 2 bits: double rounding is innocuous), overflow to Infinity too.
+ *   id: JS's `d ? f32(1 / d) : 0`, except that id = Infinity (d = 0, or d tiny: amax below about
+ *     2^-122) is replaced by 0. Same bytes: with JS's id = Infinity every v is ±Infinity (w != 0)
+ *     or NaN, and `(±Infinity + 0.5) | 0` and `(NaN + 0.5) | 0` are 0, so every byte is 64 (n = 0
+ *     or -0); with id = 0 every v is ±0 or NaN, n = 0 again. d (stored) is not changed.
+ *   v = f32(w * id): |v| = f32(|w| * id) by f32x4.mul (rounding is sign-symmetric). Otherwise
+ *     |v| <= amax * id (1 + 2^-24) < 127 (d >= amax / 63 / 2: amax >= 2^-133, the least bf16,
+ *     so amax / 63 is far above the f32 subnormal step), so JS's `| 0` is a plain truncation.
+ *   n: JS takes trunc(0.5 - v) (v < 0) or trunc(v + 0.5) in DOUBLE, i.e. floor(|v| + 0.5) with
+ *     v's sign. Here t = trunc(|v|) (i32x4.trunc_sat_f32x4_s: NaN -> 0), and t + 1 where
+ *     |v| - t >= 0.5: |v| - t is exact in f32 (the fraction of |v|), so this is floor(|v| + 0.5)
+ *     exactly; NaN gives t = 0 and a false compare, 0 as JS. Then min(., 63), JS's clamp.
+ *     The sign is w's: v < 0 needs w < 0 (id >= 0), and where w is negative but v is not (v = -0
+ *     or NaN) the magnitude is 0.
+ *   byte n + 64 (1..127): saturating narrows, exact.
+ * Nothing depends on relaxed SIMD.
+ */
+function requantFn(): Fn {
+  const f = new Fn('q7_requant', { src: I32, dst: I32, sc: I32, n: I32 });
+  const [src, dst, sc] = [f.p('src'), f.p('dst'), f.p('sc')];
+  const L = (n: string, t: typeof I32 | typeof F32 | typeof V128 = I32): number => f.local(n, t);
+  const end = L('end'), d = L('d', F32), id = L('id', F32);
+  const zero = L('zero', V128), half = L('half', V128), k63 = L('k63', V128), k64 = L('k64', V128);
+  const h = L('h', V128), m = L('m', V128), idv = L('idv', V128), s = L('s', V128), t = L('t', V128);
+  const xv = Array.from({ length: 8 }, (_, k) => L(`x${k}`, V128));
+  const av = Array.from({ length: 8 }, (_, k) => L(`a${k}`, V128));
+  const nv = Array.from({ length: 8 }, (_, k) => L(`n${k}`, V128));
+  const chain = (ks: number[]): Code => ks.reduce<Code>((acc, k) => f32x4.pmax(acc, get(av[k]!)), get(zero));
+  const narrow = (k: number): Code => i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(get(nv[k]!), get(nv[k + 1]!)), i16x8.narrow_i32x4_s(get(nv[k + 2]!), get(nv[k + 3]!)));
+  f.prologue.push(
+    set(zero, i32x4.splat(i32.const(0))),
+    set(half, f32x4.splat(f32.const(0.5))),
+    set(k63, i32x4.splat(i32.const(QW))),
+    set(k64, i32x4.splat(i32.const(Q7_OFF))),
+    set(end, i32.add(get(src), i32.shl(get(f.p('n')), i32.const(6)))),
+  );
+  f.body = [
+    block(loop(br_if(1, i32.ge_u(get(src), get(end))),
+      ...[0, 1, 2, 3].flatMap((j) => [
+        set(h, v128.load(get(src), 16 * j)),
+        set(xv[2 * j]!, i32x4.shl(i32x4.extend_low_i16x8_u(get(h)), i32.const(16))),
+        set(xv[2 * j + 1]!, i32x4.shl(i32x4.extend_high_i16x8_u(get(h)), i32.const(16))),
+      ]),
+      ...xv.map((x, k) => set(av[k]!, f32x4.abs(get(x)))),
+      set(m, f32x4.pmax(chain([0, 1, 2, 3]), chain([4, 5, 6, 7]))),
+      set(m, f32x4.pmax(get(m), shuffle32(get(m), get(m), [2, 3, 0, 1]))),
+      set(m, f32x4.pmax(get(m), shuffle32(get(m), get(m), [1, 0, 3, 2]))),
+      set(d, f32.div(f32x4.extract_lane(get(m), 0), f32.const(QW))),
+      set(id, f32.div(f32.const(1), get(d))),
+      set(idv, f32x4.splat(select(get(id), f32.const(0), f32.ne(get(id), f32.const(Infinity))))),
+      ...av.flatMap((a, k) => [
+        set(a, f32x4.mul(get(a), get(idv))),
+        set(t, truncSatS(get(a))),
+        // t - (-1 where |v| - t >= 0.5), at most 63
+        set(t, i32x4.min_s(i32x4.sub(get(t), f32x4ge(f32x4.sub(get(a), f32x4.convert_i32x4_s(get(t))), get(half))), get(k63))),
+        set(s, i32x4.shr_s(get(xv[k]!), i32.const(31))), // -1 where w's sign bit is set
+        set(nv[k]!, i32x4.add(i32x4.sub(v128.xor(get(t), get(s)), get(s)), get(k64))),
+      ]),
+      v128.store(get(dst), narrow(0)),
+      v128.store(get(dst), narrow(4), 16),
+      f32.store(get(sc), get(d)),
+      set(src, i32.add(get(src), i32.const(64))), set(dst, i32.add(get(dst), i32.const(32))), set(sc, i32.add(get(sc), i32.const(4))),
+      br(0))),
+  ];
+  return f;
+}
+
+const PAGE = 65536;
+/** bf16 bytes a chunk of rows copied into the requantizer's memory holds (at least one row). */
+const RQ_CHUNK = 1 << 17;
+
+let requantModule: WebAssembly.Module | null = null;
+
+/**
+ * The Wasm requantizer: the q7_requant module on its own small (not shared) memory, so it works on
+ * any buffer, in kernel memory or not. Memory: [bf16 rows of a chunk][their q7 bytes][all scales].
+ */
+class Q7Requantizer {
+  private readonly memory: WebAssembly.Memory;
+  private readonly run: (src: number, dst: number, sc: number, n: number) => void;
+  private u8: Uint8Array;
+
+  constructor() {
+    requantModule ??= new WebAssembly.Module(assemble([requantFn()], { module: 'env', name: 'memory', minPages: 1, maxPages: 65535, shared: false }));
+    this.memory = new WebAssembly.Memory({ initial: 8, maximum: 65535 });
+    const ex = new WebAssembly.Instance(requantModule, { env: { memory: this.memory } }).exports as unknown as { q7_requant: Q7Requantizer['run'] };
+    this.run = ex.q7_requant;
+    this.u8 = new Uint8Array(this.memory.buffer);
+  }
+
+  requantize(buf: Uint8Array, rows: number, cols: number): void {
+    const nb = cols / 32;
+    const cr = Math.max(1, Math.min(rows, Math.floor(RQ_CHUNK / (2 * cols))));
+    const out = 2 * cr * cols, sc = out + cr * cols, need = sc + 4 * rows * nb;
+    if (need > this.memory.buffer.byteLength) {
+      this.memory.grow(Math.ceil((need - this.memory.buffer.byteLength) / PAGE));
+      this.u8 = new Uint8Array(this.memory.buffer);
+    }
+    const u8 = this.u8;
+    // Chunks in ascending order: the q bytes of rows [a, b) go to buf[a*cols, b*cols), which holds
+    // only bf16 bytes of rows below b, all copied in already.
+    for (let a = 0; a < rows; a += cr) {
+      const b = Math.min(rows, a + cr);
+      u8.set(buf.subarray(2 * a * cols, 2 * b * cols), 0);
+      this.run(0, out, sc + 4 * a * nb, (b - a) * nb);
+      buf.set(u8.subarray(out, out + (b - a) * cols), a * cols);
+    }
+    buf.set(u8.subarray(sc, need), rows * cols);
+  }
+}
+
+let requantizer: Q7Requantizer | null = null;
+
+/**
+ * Requantize `rows` bf16 rows of `cols` columns (a multiple of 32) at buf[0 ..) to the 'q7' layout,
+ * in place (see the top), in WebAssembly: the bytes of requantizeQ7Ref. Row r's bytes land at
+ * [r*cols, (r+1)*cols) and the rows * cols / 32 f32 scales after all rows. Any buffer (any byte
+ * offset, shared or not); synchronous, on the calling thread, in chunks of rows through the
+ * process's requantizer (created on first use).
+ */
+export function requantizeQ7InPlace(buf: Uint8Array, rows: number, cols: number): void {
+  if (cols % 32) throw new RangeError(`q7: columns ${cols} not a multiple of 32`);
+  if (buf.length < 2 * rows * cols) throw new RangeError(`q7: ${buf.length} bytes do not hold ${rows} x ${cols} bf16 values`);
+  requantizer ??= new Q7Requantizer();
+  requantizer.requantize(buf, rows, cols);
 }
