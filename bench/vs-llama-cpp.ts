@@ -48,6 +48,8 @@
 //                          TypeScript reference (Model.open, 1 thread); ref: always the reference
 //   --reps N               llama.cpp repetitions (default 5)   --ours-reps N (default = --reps with the
 //                          fast kernels, 1 with the reference kernels)
+//   --rounds R             the engines take turns R times (default 3), each round running
+//                          ceil(reps / R) of each engine's repetitions, so drift hits all alike
 //   --trunk f16|bf16|f32   GGUF trunk type for the speed part (default f16)
 //   --ours-fast            also measure our opt-in --fast path (7-bit trunk blocks, 8-bit activations)
 //   --no-fallback          do not retry a failed llama.cpp speed run with another GGUF variant
@@ -412,6 +414,19 @@ async function timeRuns(row: SpeedRow, reps: number, run: { begin: () => unknown
 function speedLine(row: SpeedRow): string {
   return `  ${row.engine.padEnd(9)} t=${row.threads}: pp${row.pp} ${mean(row.ppTokS).toFixed(2)} tok/s, tg${row.tg} ${mean(row.tgTokS).toFixed(2)} tok/s`;
 }
+/** Rows of another round added to those so far (same engine and threads: their samples appended). */
+function mergeRows(acc: SpeedRow[], more: SpeedRow[]): SpeedRow[] {
+  const out = acc.map((r) => ({ ...r, ppTokS: [...r.ppTokS], tgTokS: [...r.tgTokS] }));
+  for (const r of more) {
+    const a = out.find((x) => x.engine === r.engine && x.threads === r.threads);
+    if (a) {
+      a.ppTokS.push(...r.ppTokS);
+      a.tgTokS.push(...r.tgTokS);
+    } else out.push({ ...r, ppTokS: [...r.ppTokS], tgTokS: [...r.tgTokS] });
+  }
+  return out;
+}
+
 const sd = (a: number[]) => {
   if (a.length < 2) return 0;
   const m = mean(a);
@@ -428,8 +443,8 @@ async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { t
       const s = await LlamaSeq.create(model, vocab, { threads: t, batch: o.pp, ctx: Math.max(256, o.pp + o.tg + 8) });
       const row: SpeedRow = { engine: 'llama.cpp', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
       try {
-        // Warm-up (graph allocation, page faults of the mmap).
-        let r = await s.feed(prompt.slice(0, Math.min(8, o.pp)), false);
+        // Warm-up (graph allocation, page faults of the mmap): a whole prompt and one decode step.
+        let r = await s.feed(prompt, false);
         await s.feed([r.token], false);
         await timeRuns(row, o.reps, {
           begin: () => s.reset(),
@@ -457,12 +472,17 @@ async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: nu
     const prompt = benchPrompt(o.pp, V, 777);
     const row: SpeedRow = { engine: o.fast ? 'ours --fast' : 'ours', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
     try {
-      // Warm-up: the first forward reads the weights in.
-      await model.forward(model.newState(), prompt.slice(0, 2), 'last');
+      // Warm-up as llama.cpp's above (a whole prompt, one decode step): the first forward reads
+      // the weights in, the JavaScript of both paths gets compiled, the scratch pages touched.
       let state = model.newState();
-      let logits: Float32Array = new Float32Array(0);
+      let logits = await model.forward(state, prompt, 'last');
+      await model.forward(state, [argmax(logits, 0, V)], 'last');
       await timeRuns(row, o.reps, {
-        begin: () => void (state = model.newState()),
+        // each run on a fresh sequence; the last one's memory is reused (as llama.cpp's reset)
+        begin: () => {
+          model.release(state);
+          state = model.newState();
+        },
         prefill: async () => void (logits = await model.forward(state, prompt, 'last')),
         step: async () => void (logits = await model.forward(state, [argmax(logits, 0, V)], 'last')),
       });
@@ -556,6 +576,7 @@ async function main(): Promise<void> {
       'ours-threads': { type: 'string' },
       'ours-kernels': { type: 'string', default: 'auto' },
       reps: { type: 'string', default: '5' },
+      rounds: { type: 'string', default: '3' },
       'ours-reps': { type: 'string' },
       trunk: { type: 'string', default: 'f16' },
       'no-fallback': { type: 'boolean', default: false },
@@ -589,6 +610,7 @@ async function main(): Promise<void> {
   const oursThreads = intList(values['ours-threads'] ?? (fast ? values.threads : '1'));
   const oursReps = intList(values['ours-reps'] ?? (fast ? values.reps : '1'))[0]!;
   const reps = intList(values.reps)[0]!;
+  const rounds = intList(values.rounds)[0]!;
 
   if (!resolveNodeLlamaCpp()) throw new Error(`node-llama-cpp is not installed: run \`${LLAMA_INSTALL}\` in ${ROOT} (its own install, about 700 MB), then rerun`);
   const report: Record<string, unknown> = { node_llama_cpp: '3.21.1' };
@@ -626,26 +648,43 @@ async function main(): Promise<void> {
     // The requested trunk, then once (after a failure) BF16, or F32 when BF16 was the one that failed.
     const variants: TrunkFormat[] = values['no-fallback'] ? [trunk] : [trunk, trunk === 'bf16' ? 'f32' : 'bf16'];
     const failures: { gguf: TrunkFormat; reason: string }[] = [];
-    let lrows: SpeedRow[] = [];
-    for (const [i, v] of variants.entries()) {
-      const g = i === 0 ? m : await prepareModel(
-        { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
-        path.join(modelsDir, `k3-medium-mxfp4.${v}.gguf`),
-        { trunk: v, experts: 'mxfp4' },
-        log,
-      );
-      const r = await runLlamaChild<SpeedRow[]>({ part: 'speed', gguf: g.gguf, vocab: V, threads, pp, tg, reps, simulateAbort: values['simulate-abort'] && i === 0 }, log);
-      if (r.ok) {
-        lrows = r.value.map((row) => ({ ...row, gguf: v }));
-        break;
+    let lrows: SpeedRow[] = [], orows: SpeedRow[] = [], frows: SpeedRow[] = [];
+    // Rounds: llama.cpp, ours, ours --fast, again and again, the reps split among them, so that a
+    // machine that speeds up or slows down over the run weighs on every engine alike.
+    let chosen: TrunkFormat | null = null;
+    const perRound = (n: number) => Math.max(1, Math.ceil(n / rounds));
+    for (let round = 0; round < rounds; round++) {
+      if (rounds > 1) log(`  round ${round + 1} of ${rounds}`);
+      for (const [i, v] of (chosen ? [chosen] : variants).entries()) {
+        const g = v === trunk ? m : await prepareModel(
+          { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
+          path.join(modelsDir, `k3-medium-mxfp4.${v}.gguf`),
+          { trunk: v, experts: 'mxfp4' },
+          log,
+        );
+        const r = await runLlamaChild<SpeedRow[]>({ part: 'speed', gguf: g.gguf, vocab: V, threads, pp, tg, reps: perRound(reps), simulateAbort: values['simulate-abort'] && !chosen && i === 0 }, log);
+        if (r.ok) {
+          chosen = v;
+          lrows = mergeRows(lrows, r.value.map((row) => ({ ...row, gguf: v })));
+          break;
+        }
+        if (chosen) {
+          log(`  llama.cpp FAILED in round ${round + 1}: ${r.reason}`);
+          break;
+        }
+        failures.push({ gguf: v, reason: r.reason });
+        log(`  llama.cpp FAILED with the ${variantName(v)} GGUF: ${r.reason}`);
+        if (i + 1 < variants.length) log(`  retrying once with the ${variantName(variants[i + 1]!)} GGUF`);
       }
-      failures.push({ gguf: v, reason: r.reason });
-      log(`  llama.cpp FAILED with the ${variantName(v)} GGUF: ${r.reason}`);
-      if (i + 1 < variants.length) log(`  retrying once with the ${variantName(variants[i + 1]!)} GGUF`);
+      if (!chosen) break; // every variant failed: nothing to compare with, and no point in more rounds
+      orows = mergeRows(orows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: perRound(oursReps), kernels }, log));
+      // The opt-in fast path (--fast: 7-bit trunk blocks, 8-bit activations; not the exact numbers).
+      if (values['ours-fast']) frows = mergeRows(frows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: perRound(oursReps), kernels, fast: true }, log));
     }
-    const orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
-    // The opt-in fast path (--fast: 7-bit trunk blocks, 8-bit activations; not the exact numbers).
-    const frows = values['ours-fast'] ? await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels, fast: true }, log) : [];
+    if (!chosen && orows.length === 0) {
+      orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
+      if (values['ours-fast']) frows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels, fast: true }, log);
+    }
     report.speed = { model: m, rows: [...lrows, ...orows, ...frows], llamaFailures: failures };
     const rows = [...lrows, ...orows, ...frows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
     log('');
@@ -671,7 +710,7 @@ async function main(): Promise<void> {
     if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
-    log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${reps} reps (mean ± sd); ours ${oursReps} rep(s).`);
+    log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${perRound(reps) * rounds} reps (mean ± sd); ours ${perRound(oursReps) * rounds} rep(s); ${rounds} round(s), the engines taking turns.`);
     const used = lrows[0]?.gguf;
     const failed = failures.map((f) => `${variantName(f.gguf)}: ${f.reason}`).join('; ');
     if (used) log(`      llama.cpp GGUF: ${variantName(used)}${used === 'f16' ? ' (MLA attn_k_b / attn_v_b in F32)' : ''}${failed ? `, the fallback after ${failed}` : ''}.`);

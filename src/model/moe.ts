@@ -10,7 +10,7 @@
 
 import type { Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
-import { gatedActMany, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
+import { addInPlace, gatedActMany, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
 export interface MoeWeights {
@@ -69,12 +69,8 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   await lend(async (batch) => {
     // The batch's gate and up products in one call, then its down products: independent
     // products, each the same canonical dots as alone.
-    const xin = batch.map(({ expert }) => {
-      const toks = users.get(expert)!;
-      const a = new Float32Array(toks.length * zw);
-      toks.forEach((t, i) => a.set(z.subarray(t * zw, (t + 1) * zw), i * zw));
-      return a;
-    });
+    // one token's input is z itself (a single row); several are gathered
+    const xin = batch.map(({ expert }) => (T === 1 ? z : gatherRows(z, users.get(expert)!, zw)));
     const n = batch.map(({ expert }) => users.get(expert)!.length);
     const gu = await linearMany(c, batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
     const h = gatedActMany(c, batch.map((_, k) => [gu[2 * k]!, gu[2 * k + 1]!] as const), p.act);
@@ -88,12 +84,7 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   });
   const routed = new Float32Array(T * zw);
   for (let t = 0; t < T; t++) {
-    const acc = routed.subarray(t * zw, (t + 1) * zw);
-    for (let j = 0; j < p.topK; j++) {
-      const wj = routing.weights[t]![j]!;
-      const y = outOf.get(t * p.topK + j)!;
-      for (let i = 0; i < zw; i++) acc[i] = acc[i]! + Math.fround(wj * y[i]!);
-    }
+    for (let j = 0; j < p.topK; j++) addScaled(routed, t * zw, outOf.get(t * p.topK + j)!, routing.weights[t]![j]!, zw);
   }
 
   let out: Float32Array;
@@ -103,6 +94,19 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   } else {
     out = routed;
   }
-  if (s) for (let i = 0; i < out.length; i++) out[i] = out[i]! + s[i]!;
+  if (s) addInPlace(out, s);
   return out;
+}
+
+/** acc[o + i] = f32(acc[o + i] + f32(w · y[i])) for i < n. A function of its own, so that it is
+ *  optimized apart from moeForward (which V8 deoptimizes now and then: it has many shapes). */
+function addScaled(acc: Float32Array, o: number, y: Float32Array, w: number, n: number): void {
+  for (let i = 0; i < n; i++) acc[o + i] = acc[o + i]! + Math.fround(w * y[i]!);
+}
+
+/** The rows `toks` of z [*, zw], back to back. */
+function gatherRows(z: Float32Array, toks: readonly number[], zw: number): Float32Array {
+  const a = new Float32Array(toks.length * zw);
+  for (let i = 0; i < toks.length; i++) a.set(z.subarray(toks[i]! * zw, (toks[i]! + 1) * zw), i * zw);
+  return a;
 }
