@@ -11,6 +11,7 @@ import * as ref from '../src/kernels/ref.js';
 import { kdaRecurStep } from '../src/model/kda.js';
 import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
 import { SequenceState } from '../src/model/state.js';
+import { attnResMix } from '../src/model/attnres.js';
 import { Model } from '../src/model/model.js';
 import { GOLDEN, xorshift } from './helpers.js';
 
@@ -208,3 +209,22 @@ for (const name of CASES) {
     }
   });
 }
+
+test('Attention Residuals mix: WebAssembly (tokens split over 1 and 2 threads) == the reference attnResMix, bytes', async () => {
+  const rnd = xorshift(0x5eed);
+  const ks = [await createKernels({ threads: 1 }), await createKernels({ threads: 2, minWorkPerThread: 1 })];
+  try {
+    for (const [T, D, m] of [[1, 64, 1], [1, 2048, 4], [3, 96, 2], [5, 33, 7], [64, 256, 3]] as const) {
+      // candidates of very different scales, so the softmax weights are far from uniform
+      const cands = Array.from({ length: m }, (_, i) => Float32Array.from({ length: T * D }, () => (rnd() - 0.5) * 4 ** (i - 1)));
+      const fold = Float32Array.from({ length: D }, () => rnd() - 0.5);
+      const want = attnResMix(cands.slice(0, -1), cands[m - 1]!, T, D, fold, 1e-6);
+      for (const k of ks) {
+        const got = k.attnResMix(cands, T, D, fold, 1e-6);
+        assert.deepEqual(new Uint32Array(got.buffer, got.byteOffset, got.length), new Uint32Array(want.buffer), `T=${T} D=${D} m=${m} threads=${k.threads}`);
+      }
+    }
+  } finally {
+    await Promise.all(ks.map((k) => k.close()));
+  }
+});

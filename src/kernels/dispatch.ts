@@ -115,6 +115,8 @@ export { expRef, sigmoidRef } from './wasm/act.js';
 
 /** The canonical f32 dot of the reference kernels (ref.dot), for model code's own reference loops. */
 export const dot = ref.dot;
+/** The depth softmax of Attention Residuals (ref.depthSoftmax), for the model's reference mix. */
+export const depthSoftmax = ref.depthSoftmax;
 
 /**
  * How one model computes: its kernel group (null: the TypeScript reference only). Each model owns
@@ -148,6 +150,13 @@ export class Compute {
     const k = this.kernels?.owner(w);
     if (k) k.matvecTHeads(w, r0, rStride, n, x, xo, xStride, y, H);
     else for (let h = 0; h < H; h++) ref.matvecT(w, r0 + h * rStride, n, x, xo + h * xStride, y.subarray(h * w.cols, (h + 1) * w.cols));
+  }
+
+  /** The Attention Residuals mix of candidates [T, D] each (src/model/attnres.ts), in the group's
+   *  kernels; null without a group (the caller runs the reference). Same bytes. */
+  attnResMix(cands: readonly Float32Array[], T: number, D: number, fold: Float32Array, eps: number): Float32Array | null {
+    const k = this.kernels?.members[0];
+    return k ? k.attnResMix(cands, T, D, fold, eps) : null;
   }
 
   // ---- fused pieces: the WebAssembly kernels when the state lives in this group's memory -------

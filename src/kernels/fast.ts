@@ -28,9 +28,10 @@ import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, 
 import { q8Bytes, Q8_LAYOUT } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, ACT_OPS } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, ACT_OPS } from './pool.js';
 import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
 import { formatMiB } from '../util/format.js';
+import { depthSoftmax } from './ref.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
 
 const PAGE = 65536;
@@ -706,6 +707,39 @@ export class Kernels {
       if (!oIn) out.set(new Float32Array(this.buffer, oo, H * Lk));
     } finally {
       this.release(m);
+    }
+  }
+
+  // ---- Attention Residuals (wasm/fused.ts) ----------------------------------------------------
+
+  /**
+   * The depth mix of src/model/attnres.ts attnResMix, same bytes: candidates `cands` (each [T, D]),
+   * scores and the weighted sum in WebAssembly (tokens split across threads), the softmax over the
+   * m scores of a token in between (depthSoftmax, the reference's own).
+   */
+  attnResMix(cands: readonly Float32Array[], T: number, D: number, fold: Float32Array, eps: number): Float32Array {
+    return this.timedCall(() => this.attnResMixImpl(cands, T, D, fold, eps));
+  }
+
+  private attnResMixImpl(cands: readonly Float32Array[], T: number, D: number, fold: Float32Array, eps: number): Float32Array {
+    const m = cands.length;
+    const mk = this.mark();
+    try {
+      const offs = this.allocOffset(4 * m, 4);
+      const co = cands.map((c, i) => this.f32In(c, T * D, `attnres candidate ${i}`));
+      new Int32Array(this.buffer, offs, m).set(co);
+      const fo = this.f32In(fold, D, 'attnres fold');
+      const eo = this.allocOffset(8, 8);
+      new Float64Array(this.buffer, eo, 1)[0] = eps;
+      const so = this.allocOffset(8 * T * m, 8);
+      this.runFused(OP_ATTNRES_SCORES, 'attnres_scores', [offs, m, D, fo, eo, so], T, 2 * T * m * D);
+      const s = new Float64Array(this.buffer, so, T * m);
+      for (let t = 0; t < T; t++) depthSoftmax(s.subarray(t * m, (t + 1) * m));
+      const oo = this.allocOffset(4 * T * D);
+      this.runFused(OP_ATTNRES_SUM, 'attnres_sum', [offs, m, D, so, oo], T, T * m * D);
+      return new Float32Array(this.buffer, oo, T * D).slice();
+    } finally {
+      this.release(mk);
     }
   }
 

@@ -60,6 +60,9 @@ export const OP_KDA_BLOCK = 5;
  *  ACT_OPS), g, u, o, pb, units [a, b) in words 14, 15; a thread runs act(g + 16a, u + 16a, o + 16a, 4(b - a), pb). */
 export const OP_ACT = 6;
 export const ACT_OPS = [ACT_FNS.silu, ACT_FNS.situ, ACT_FNS.situ_bl] as const;
+/** Attention Residuals (wasm/fused.ts attnres_scores / attnres_sum), split by tokens. */
+export const OP_ATTNRES_SCORES = 7;
+export const OP_ATTNRES_SUM = 8;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -68,6 +71,8 @@ const FUSED: Record<number, [string, number]> = {
   [OP_MVT]: ['', 13],
   [OP_KDA_BLOCK]: ['kda_block', 1],
   [OP_ACT]: ['', 5],
+  [OP_ATTNRES_SCORES]: ['attnres_scores', 6],
+  [OP_ATTNRES_SUM]: ['attnres_sum', 5],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for

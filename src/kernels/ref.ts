@@ -82,3 +82,20 @@ export function matvecT(w: WeightView, r0: number, n: number, x: Float32Array, x
     for (let c = 0; c < cols; c++) y[c] = y[c]! + fr(xk * row[c]!);
   }
 }
+
+/**
+ * Softmax over the m depth scores of one token, in place, in double (Attention Residuals,
+ * src/model/attnres.ts): max by `s > max` in order, pi_i = exp(s_i - max), Z summed in order,
+ * pi_i / Z. Shared by the reference mix and the kernels' (Kernels.attnResMix), so both are the
+ * same operations.
+ */
+export function depthSoftmax(s: Float64Array): void {
+  let max = -Infinity;
+  for (let i = 0; i < s.length; i++) if (s[i]! > max) max = s[i]!;
+  let Z = 0;
+  for (let i = 0; i < s.length; i++) {
+    s[i] = Math.exp(s[i]! - max);
+    Z += s[i]!;
+  }
+  for (let i = 0; i < s.length; i++) s[i] = s[i]! / Z;
+}

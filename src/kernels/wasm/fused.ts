@@ -21,6 +21,14 @@
 //   out[h*Lk + i] = sum_s f32(P[h*n + s] * lat[s*Lk + i]) for s ascending, from +0; vectorized
 //   over i (columns independent), tiles of 16, 4, then 1 columns (16 measured fastest).
 //
+// attnres_scores(cands, m, D, fold, epsPtr, scores, t0, t1)   (reference: attnResMix in
+//   src/model/attnres.ts). Per token t and candidate i < m (candidate i's rows start at the i32
+//   cands[i]; token t's at + t*D*4), all in f64 from the f32 values, d ascending from +0:
+//     ss = sum c[d]*c[d];  r = 1 / sqrt(ss / D + eps);  scores[t*m + i] = sum (c[d]*r) * fold[d]
+//   with eps the f64 at epsPtr: the operations the JavaScript does on doubles, in its order.
+// attnres_sum(cands, m, D, pi, out, t0, t1): out[t*D + d] = f32(sum_i pi[t*m + i] * c_i[t*D + d]),
+//   i ascending from +0, in f64 (pi f64).
+//
 // All pointers are byte offsets into the kernel memory; all arrays are f32 and dense unless a
 // stride is given (in bytes).
 
@@ -212,6 +220,65 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
           f32.store(get(op), f32.demote_f64(f64.mul(f64.promote_f32(f32.add(dot(f, qa, lp, P('Lk'), 'l'), dot(f, qr, rp, P('dr'), 'r'))), get(tau)))),
           inc(op, 4), inc(lp, get(lk4)), inc(rp, get(dr4)), br(0))),
         inc(h, 1), br(0))),
+    ];
+  }
+
+  // ---- Attention Residuals: depth scores, then the weighted sum (scalar f64, as the JavaScript) ----
+  {
+    const f = fnx('attnres_scores', { cands: I32, m: I32, D: I32, fold: I32, epsPtr: I32, scores: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), i = f.local('i', I32), c = f.local('c', I32), fp = f.local('fp', I32), cend = f.local('cend', I32);
+    const rowb = f.local('rowb', I32), sp = f.local('sp', I32);
+    const ss = f.local('ss', F64), r = f.local('r', F64), sc = f.local('sc', F64), v = f.local('v', F64), eps = f.local('eps', F64), Df = f.local('Df', F64);
+    f.body = [
+      set(eps, f64.load(A('epsPtr'))),
+      set(Df, f64.convert_i32_s(A('D'))),
+      set(rowb, i32.shl(A('D'), i32.const(2))),
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(sp, i32.add(A('scores'), i32.shl(i32.mul(get(t), A('m')), i32.const(3)))),
+        set(i, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(i), A('m'))),
+          set(c, i32.add(i32.load(i32.add(A('cands'), i32.shl(get(i), i32.const(2)))), i32.mul(get(t), get(rowb)))),
+          set(cend, i32.add(get(c), get(rowb))),
+          set(ss, f64.const(0)),
+          set(fp, get(c)),
+          block(loop(br_if(1, i32.ge_u(get(fp), get(cend))),
+            set(v, f64.promote_f32(f32.load(get(fp)))),
+            set(ss, f64.add(get(ss), f64.mul(get(v), get(v)))),
+            inc(fp, 4), br(0))),
+          set(r, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), get(Df)), get(eps))))),
+          set(sc, f64.const(0)),
+          set(fp, A('fold')),
+          block(loop(br_if(1, i32.ge_u(get(c), get(cend))),
+            set(sc, f64.add(get(sc), f64.mul(f64.mul(f64.promote_f32(f32.load(get(c))), get(r)), f64.promote_f32(f32.load(get(fp)))))),
+            inc(c, 4), inc(fp, 4), br(0))),
+          f64.store(i32.add(get(sp), i32.shl(get(i), i32.const(3))), get(sc)),
+          inc(i, 1), br(0))),
+        inc(t, 1), br(0))),
+    ];
+  }
+  {
+    const f = fnx('attnres_sum', { cands: I32, m: I32, D: I32, pi: I32, out: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), i = f.local('i', I32), d = f.local('d', I32), off = f.local('off', I32), pp = f.local('pp', I32);
+    const acc = f.local('acc', F64);
+    f.body = [
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(pp, i32.add(A('pi'), i32.shl(i32.mul(get(t), A('m')), i32.const(3)))),
+        set(d, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(d), A('D'))),
+          set(off, i32.shl(i32.add(i32.mul(get(t), A('D')), get(d)), i32.const(2))),
+          set(acc, f64.const(0)),
+          set(i, i32.const(0)),
+          block(loop(br_if(1, i32.ge_u(get(i), A('m'))),
+            set(acc, f64.add(get(acc), f64.mul(f64.load(i32.add(get(pp), i32.shl(get(i), i32.const(3)))),
+              f64.promote_f32(f32.load(i32.add(i32.load(i32.add(A('cands'), i32.shl(get(i), i32.const(2)))), get(off))))))),
+            inc(i, 1), br(0))),
+          f32.store(i32.add(A('out'), get(off)), f32.demote_f64(get(acc))),
+          inc(d, 1), br(0))),
+        inc(t, 1), br(0))),
     ];
   }
 
