@@ -35,8 +35,8 @@
 // (|q_x (q_w + 64)| <= 16129, two added per i16 lane <= 32258), i32x4.extadd_pairwise_i16x8_s.
 // Integer sums are exact, so both variants give the same i32 and the same bytes.
 
-import { q8Bytes, quantizeBlocks } from './q8.js';
-import { type Code, Fn, I32, F32, V128, assemble, get, set, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, uleb, shuffle32 } from './emit.js';
+import { q8Bytes, quantizeBlocks, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, splat32 } from './q8.js';
+import { type Code, Fn, I32, F32, V128, assemble, get, set, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
 type ConstLocal = (f: Fn, b: Uint8Array) => number;
@@ -141,16 +141,6 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
 }
 
 // ---- the Wasm kernel -------------------------------------------------------------------------
-
-const simd = (op: number): number[] => [0xfd, ...uleb(op)];
-const vbin = (op: number) => (a: Code, b: Code): Code => [a, b, simd(op)];
-const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
-const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
-const i16add = vbin(0x8e); // i16x8.add
-const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
-/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a signed, b 7-bit, c). */
-const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
-const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
 
 /**
  * mmq7(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; w the q7 bytes,

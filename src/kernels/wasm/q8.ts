@@ -140,17 +140,18 @@ export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float3
 
 // ---- the Wasm kernel -------------------------------------------------------------------------
 
-const simd = (op: number): number[] => [0xfd, ...uleb(op)];
-const vbin = (op: number) => (a: Code, b: Code): Code => [a, b, simd(op)];
-const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
-const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
-const i16add = vbin(0x8e); // i16x8.add
-const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
+// SIMD opcodes the integer-dot kernels use (here and in q8-trunk.ts)
+export const simd = (op: number): number[] => [0xfd, ...uleb(op)];
+export const vbin = (op: number) => (a: Code, b: Code): Code => [a, b, simd(op)];
+export const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
+export const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
+export const i16add = vbin(0x8e); // i16x8.add
+export const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
 /** i32x4.relaxed_dot_i8x16_i7x16_add_s(a signed, b 7-bit, c). */
-const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
+export const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
 const i32mul = (a: Code, b: Code): Code => i32.mul(a, b);
 const bytes16 = (a: ArrayLike<number>): Uint8Array => Uint8Array.from(Array.from(a), (v) => v & 0xff);
-const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
+export const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
 
 /**
  * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
