@@ -5,7 +5,7 @@ import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import type { RunRecorder } from './report.js';
 
-export function argmax(logits: Float32Array, offset = 0, n = logits.length - offset): number {
+export function argmax(logits: ArrayLike<number>, offset = 0, n = logits.length - offset): number {
   let best = 0;
   let bestV = -Infinity;
   for (let i = 0; i < n; i++) {

@@ -10,6 +10,7 @@
 // Stop ids, stop strings and the token limit are in stop.ts.
 
 import { UserError } from '../util/errors.js';
+import { argmax } from './greedy.js';
 
 export interface SamplingOptions {
   /** 0 (default) = greedy; > 0 divides the logits before the draw (< 1 sharpens, > 1 flattens). */
@@ -274,20 +275,6 @@ export function applyTemperature(c: Candidates, t: number): void {
   for (let i = 0; i < c.n; i++) c.logits[i] = c.logits[i]! / t;
 }
 
-/** Index of the first maximum of logits[0 .. V) (NaN never wins; all NaN: 0). */
-function firstMax(logits: ArrayLike<number>, V: number): number {
-  let best = 0;
-  let bestV = -Infinity;
-  for (let i = 0; i < V; i++) {
-    const v = logits[i]!;
-    if (v > bestV) {
-      bestV = v;
-      best = i;
-    }
-  }
-  return best;
-}
-
 /** Index of the first maximum among the live candidates, as an id. */
 function argmaxId(c: Candidates): number {
   let best = 0;
@@ -362,7 +349,7 @@ export class Sampler {
   sample(logits: ArrayLike<number>, history: readonly number[] = [], V = logits.length): number {
     // the first maximum, as argmaxId over the candidates (ids ascending, f32 -> f64 exact), without
     // copying a vocabulary-sized array per token
-    if (this.plainGreedy) return firstMax(logits, V);
+    if (this.plainGreedy) return argmax(logits, 0, V);
     const c = this.filtered(logits, history, V);
     if (this.greedy) return argmaxId(c);
     const p = softmax(c);
