@@ -98,7 +98,7 @@ function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
   }
 }
 
-/** An instance's exports looked up once (runOps runs for every dispatch on every thread). */
+/** An instance's exports looked up once (every dispatch on every thread runs through them). */
 interface Bound {
   mm: ((...a: number[]) => number)[];
   mvT: ((...a: number[]) => number)[];
@@ -152,15 +152,18 @@ function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number
   }
 }
 
+/** Where the split range [lo, hi) of the op at word o lies: a matmul's rows in words 10, 11; the
+ *  other kinds' heads (or units) in words 14, 15. */
+function rangeWord(ctrl: Int32Array, o: number): number {
+  return o + (ctrl[o] === OP_MATMUL ? 10 : 14);
+}
+
 /** Run the staged ops on the calling thread alone, each whole (no claims, no live area). */
 function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: number): void {
   const B = bind(ex);
   for (let i = 0; i < nops; i++) {
-    const o = OPS + i * OP_WORDS;
-    const kind = ctrl[o]!;
-    const mm = kind === OP_MATMUL;
-    const lo = ctrl[o + (mm ? 10 : 14)]!, hi = ctrl[o + (mm ? 11 : 15)]!;
-    if (lo < hi) runPiece(B, ctrl, o, kind, lo, hi, scratch);
+    const o = OPS + i * OP_WORDS, r = rangeWord(ctrl, o);
+    if (ctrl[r]! < ctrl[r + 1]!) runPiece(B, ctrl, o, ctrl[o]!, ctrl[r]!, ctrl[r + 1]!, scratch);
   }
 }
 
@@ -173,9 +176,8 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number): unknow
   for (let i = 0; i < nops; i++) {
     const o = LIVE + i * OP_WORDS;
     const kind = ctrl[o]!;
-    // a matmul's rows are words 10, 11; the other kinds split a range [h0, h1) in words 14, 15
     const mm = kind === OP_MATMUL;
-    const hi = ctrl[o + (mm ? 11 : 15)]!;
+    const hi = ctrl[rangeWord(ctrl, o) + 1]!;
     // matmul pieces: an even number of rows (the tiled kernel takes rows in pairs), enough work each
     const min = mm ? Math.max(2, Math.ceil(MIN_PIECE_MACS / Math.max(1, ctrl[o + 6]! * ctrl[o + 8]!))) : 1;
     for (;;) {
@@ -199,11 +201,9 @@ function stage(ctrl: Int32Array, nops: number): number {
   let total = 0;
   ctrl.copyWithin(LIVE, OPS, OPS + nops * OP_WORDS);
   for (let i = 0; i < nops; i++) {
-    const o = LIVE + i * OP_WORDS;
-    const mm = ctrl[o] === OP_MATMUL;
-    const lo = ctrl[o + (mm ? 10 : 14)]!, hi = ctrl[o + (mm ? 11 : 15)]!;
-    ctrl[CLAIMS + i] = lo;
-    total += Math.max(0, hi - lo);
+    const r = rangeWord(ctrl, LIVE + i * OP_WORDS);
+    ctrl[CLAIMS + i] = ctrl[r]!;
+    total += Math.max(0, ctrl[r + 1]! - ctrl[r]!);
   }
   ctrl[TOTAL] = total;
   Atomics.store(ctrl, DONE, 0);
