@@ -653,6 +653,11 @@ async function main(): Promise<void> {
     // machine that speeds up or slows down over the run weighs on every engine alike.
     let chosen: TrunkFormat | null = null;
     const perRound = (n: number) => Math.max(1, Math.ceil(n / rounds));
+    // ours, exact and (opt-in: 7-bit trunk blocks, 8-bit activations; not the exact numbers) --fast
+    const measureOurs = async (n: number): Promise<void> => {
+      orows = mergeRows(orows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: n, kernels }, log));
+      if (values['ours-fast']) frows = mergeRows(frows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: n, kernels, fast: true }, log));
+    };
     for (let round = 0; round < rounds; round++) {
       if (rounds > 1) log(`  round ${round + 1} of ${rounds}`);
       for (const [i, v] of (chosen ? [chosen] : variants).entries()) {
@@ -677,14 +682,9 @@ async function main(): Promise<void> {
         if (i + 1 < variants.length) log(`  retrying once with the ${variantName(variants[i + 1]!)} GGUF`);
       }
       if (!chosen) break; // every variant failed: nothing to compare with, and no point in more rounds
-      orows = mergeRows(orows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: perRound(oursReps), kernels }, log));
-      // The opt-in fast path (--fast: 7-bit trunk blocks, 8-bit activations; not the exact numbers).
-      if (values['ours-fast']) frows = mergeRows(frows, await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: perRound(oursReps), kernels, fast: true }, log));
+      await measureOurs(perRound(oursReps));
     }
-    if (!chosen && orows.length === 0) {
-      orows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels }, log);
-      if (values['ours-fast']) frows = await speedOurs(m.dir, { threads: oursThreads, pp: oursPp, tg: oursTg, reps: oursReps, kernels, fast: true }, log);
-    }
+    if (!chosen) await measureOurs(oursReps); // our rows alone, all reps at once
     report.speed = { model: m, rows: [...lrows, ...orows, ...frows], llamaFailures: failures };
     const rows = [...lrows, ...orows, ...frows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
     log('');
