@@ -437,7 +437,10 @@ function addDecoders(gen: Gen, f16s: Fn): Decoders {
 
 // ---- row tiles: one row with TB tokens at a time, 4 accumulators per token. The single-token
 // path uses TB = 1: with TB >= 2 (and with several rows per pass) V8 hoists the loads and spills
-// accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row ----
+// accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row. Two or
+// three rows per pass with the rows' loads interleaved k by k (few spills left) were measured
+// again on Zen 3: faster on 8192-column rows streamed from DRAM, but 15-30% slower per decoded
+// token of k3-medium (2048 columns), so one row it is ----
 
 /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
 interface RowSource {

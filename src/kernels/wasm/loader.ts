@@ -9,10 +9,6 @@ import { E2M1_TABLE, FP8_TABLE, e8m0ToF32 } from '../../formats/dtypes.js';
 
 export interface KernelOptions {
   relaxed: boolean;
-  /** Tuning knobs (rows per pass), see GenOptions. */
-  rowsPerPass?: number;
-  bfRows?: number;
-  mxRows?: number;
   /** Column tiles of the fused kernels (fused.ts). */
   kdaTile?: number;
   wsumTile?: number;
@@ -52,7 +48,7 @@ export function relaxedSimdAvailable(): boolean {
 /** Compile (or fetch) the kernel module for these options. */
 export function kernelModule(opts: KernelOptions): CompiledKernels {
   const relaxed = opts.relaxed && relaxedSimdAvailable();
-  const key = JSON.stringify([relaxed, opts.rowsPerPass, opts.bfRows, opts.mxRows, opts.kdaTile, opts.wsumTile]);
+  const key = JSON.stringify([relaxed, opts.kdaTile, opts.wsumTile]);
   let m = cache.get(key);
   if (!m) {
     if (!tieringSet) {
