@@ -137,12 +137,12 @@ interface OutCopy {
 }
 
 interface Resolved {
-  fmt: Fmt;
-  w: number;
-  s: number;
-  sdt: number;
-  rows: number;
-  cols: number;
+  readonly fmt: Fmt;
+  readonly w: number;
+  readonly s: number;
+  readonly sdt: number;
+  readonly rows: number;
+  readonly cols: number;
 }
 
 export class Kernels {
@@ -340,7 +340,19 @@ export class Kernels {
     return r.offset;
   }
 
+  /** Views found in place in this memory, resolved once (the store lends the same view objects
+   *  for resident matrices and experts, call after call). Never modified after. */
+  private readonly inPlace = new WeakMap<WeightView, Resolved>();
+
   private resolve(w: WeightView): Resolved {
+    const held = this.inPlace.get(w);
+    if (held) return held;
+    const r = this.resolveView(w);
+    if (this.contains(w.data) && (!w.scale || this.contains(w.scale))) this.inPlace.set(w, r);
+    return r;
+  }
+
+  private resolveView(w: WeightView): Resolved {
     const { rows, cols, format } = w;
     if (!(rows >= 0 && cols >= 0 && Number.isInteger(rows) && Number.isInteger(cols))) throw new RangeError(`${w.name}: bad shape`);
     if (cols > this.maxCols) throw new RangeError(`${w.name}: ${cols} columns exceed maxCols ${this.maxCols} (createKernels option)`);
@@ -485,14 +497,14 @@ export class Kernels {
           x = q8 ? this.prepQ8(op.x, T, R.cols) : q7 ? this.prepQ8T(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled);
           preps.push({ x: op.x, layout, cols: R.cols, T, off: x });
         }
-        if (q8) R.sdt = Q8_SDT;
+
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
         else {
           y = this.allocOffset(T * R.rows * 4);
           copies.push({ y: op.y, off: y, T, rows: R.rows, r0, r1 });
         }
-        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, R.sdt, R.rows, R.cols, x, T, y, r0, r1);
+        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, q8 ? Q8_SDT : R.sdt, R.rows, R.cols, x, T, y, r0, r1);
         macs += (r1 - r0) * R.cols * T;
       }
       if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');

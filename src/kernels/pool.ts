@@ -168,12 +168,18 @@ function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: numb
 }
 
 /** Claim and run pieces of the live ops until none is left, adding each finished piece to DONE
- *  (a failed one too, so nobody waits for it: the first error is returned after the rest). */
-function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number): unknown {
+ *  (a failed one too, so nobody waits for it: the first error is returned after the rest).
+ *  Thread `tid` starts at op tid·nops/nth and wraps around: in a dispatch of unlike products
+ *  (the shared expert's rows, bound by memory bandwidth, next to routed experts, bound by
+ *  arithmetic) the threads start on different kinds and overlap them; each op is still claimed
+ *  to its end, so which thread runs a row never matters. */
+function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: number): unknown {
   const B = bind(ex);
   const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!, total = ctrl[TOTAL]!;
+  const first = Math.floor((tid * nops) / nth);
   let err: unknown = null;
-  for (let i = 0; i < nops; i++) {
+  for (let j = 0; j < nops; j++) {
+    const i = first + j < nops ? first + j : first + j - nops;
     const o = LIVE + i * OP_WORDS;
     const kind = ctrl[o]!;
     const mm = kind === OP_MATMUL;
@@ -326,7 +332,7 @@ export class Pool {
     const total = stage(c, nops);
     Atomics.add(c, SEQ, 1); // odd: published
     Atomics.notify(c, SEQ);
-    const err = runClaims(this.ex, c, this.mainScratch);
+    const err = runClaims(this.ex, c, this.mainScratch, 0);
     const tw = this.timed ? performance.now() : 0;
     for (;;) {
       let d = Atomics.load(c, DONE);
@@ -370,7 +376,7 @@ function workerMain(init: WorkerInit): void {
     if (Atomics.load(ctrl, QUIT)) return;
     Atomics.add(ctrl, ACTIVE, 1);
     // closed meanwhile: its live area may be rewritten, so stay out
-    if (Atomics.load(ctrl, SEQ) === s && init.tid < ctrl[NTHREADS]!) runClaims(ex, ctrl, init.scratch);
+    if (Atomics.load(ctrl, SEQ) === s && init.tid < ctrl[NTHREADS]!) runClaims(ex, ctrl, init.scratch, init.tid);
     Atomics.sub(ctrl, ACTIVE, 1);
     seen = s;
   }

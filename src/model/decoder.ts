@@ -27,6 +27,8 @@ export interface Block {
   moe: MoeParams;
   /** Where non-finite layer outputs are noticed (finite.ts); set by the model. */
   watch?: FiniteWatch;
+  /** Each layer's weight bundles, made on first use (see `bundle`). */
+  bundles: Map<string, Promise<unknown>>;
 }
 
 export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute): Block {
@@ -49,7 +51,24 @@ export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute
       rope: m.rope ? makeRope(m.ropeDim, m.rope.theta, m.rope.yarn) : null,
     },
     moe: { ...cfg.moe, act: cfg.act, eps: cfg.rmsNormEps },
+    bundles: new Map(),
   };
+}
+
+/**
+ * The bundle `key` (say "kda.3"), made by `make` on first use and kept: a bundle holds the store's
+ * matrix handles (which lend their bytes per call, streamed or not) and its small tensors (which
+ * the store keeps anyway), so keeping it holds no weight bytes; it saves rebuilding names,
+ * handles and awaits for every layer of every token. A failed make is not kept.
+ */
+function bundle<T>(b: Block, key: string, make: () => Promise<T>): Promise<T> {
+  let p = b.bundles.get(key) as Promise<T> | undefined;
+  if (!p) {
+    p = make();
+    b.bundles.set(key, p);
+    p.catch(() => b.bundles.delete(key));
+  }
+  return p;
 }
 
 /** Embedding rows of `ids`: [T, D] (plain row lookup, no scaling; §1.3). */
@@ -71,14 +90,19 @@ export async function layerNorm(b: Block, name: string, x: Float32Array, T: numb
 /** Attention block of layer l on normalized input xn [T, D]: one sequence, or a batch of them (rows back to back, each its own state). */
 export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState | Batch): Promise<Float32Array> {
   const seqs = state instanceof SequenceState ? [{ state, T }] : state;
-  if (b.cfg.layers[l]!.attn === 'kda') return kdaForward(b.compute, b.kda!, await kdaWeights(b.store, b.cfg, l), xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
-  return mlaForward(b.compute, b.mla, await mlaWeights(b.store, b.cfg, l), xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
+  if (b.cfg.layers[l]!.attn === 'kda') {
+    const w = await bundle(b, `kda.${l}`, () => kdaWeights(b.store, b.cfg, l));
+    return kdaForward(b.compute, b.kda!, w, xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
+  }
+  const w = await bundle(b, `mla.${l}`, () => mlaWeights(b.store, b.cfg, l));
+  return mlaForward(b.compute, b.mla, w, xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
 }
 
 /** FFN block of layer l on normalized input xn [T, D]. */
 export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await denseMlpWeights(b.store, b.cfg, l), xn, T, b.cfg.act);
-  return moeForward(b.compute, b.moe, await moeWeights(b.store, b.cfg, l), xn, T, expertFetch(b.store, b.cfg, l));
+  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await bundle(b, `mlp.${l}`, () => denseMlpWeights(b.store, b.cfg, l)), xn, T, b.cfg.act);
+  const w = await bundle(b, `moe.${l}`, () => moeWeights(b.store, b.cfg, l));
+  return moeForward(b.compute, b.moe, w, xn, T, await bundle(b, `experts.${l}`, async () => expertFetch(b.store, b.cfg, l)));
 }
 
 /** Final norm and lm_head for the given rows of h [T, D]: returns [rows.length, V]. */

@@ -5,12 +5,13 @@
 //
 // Overlap (issue 9): the chosen experts' reads start the moment the router has chosen; the shared
 // expert, the lookahead guess for the next MoE layer and the already resident experts are
-// computed while they are in flight. None of this changes a number: each product is the same
-// canonical dot product whenever it runs, and the sums keep their order.
+// computed while they are in flight; with nothing to read, the shared expert joins the routed
+// experts' dispatches instead. None of this changes a number: each product is the same canonical
+// dot product whenever it runs, and the sums keep their order.
 
 import type { Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
-import { addInPlace, gatedActMany, gatedMlp, linear, linearMany, rmsNorm, type Activation, type MlpWeights } from './ops.js';
+import { addInPlace, gatedMlp, gatedMlpMany, linear, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
 import { route, type RouterConfig } from './router.js';
 
 export interface MoeWeights {
@@ -33,6 +34,8 @@ export type LendExperts = (use: (batch: { expert: number; w: MlpWeights }[]) => 
 export interface ExpertFetch {
   /** Called once per MoE block with every distinct expert the chunk chose, ascending: starts their reads now. */
   begin(ids: number[]): LendExperts;
+  /** After begin: whether every expert begun is in memory already (nothing to read, one batch). */
+  ready?(): boolean;
   /**
    * Lookahead: the next MoE layer's router and bias, and where guesses of its experts go, when
    * guessing costs no weight read (its router is resident); null otherwise.
@@ -62,19 +65,30 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
     const g = route(p, await linear(c, next.gate, x, T), next.bias, T);
     next.guess([...new Set(g.ids.flatMap((r) => [...r]))].sort((a, b) => a - b));
   }
-  const s = w.shared ? await gatedMlp(c, w.shared, x, T, p.act) : null;
+  // The shared expert: now, while reads are in flight; else (every expert in memory) in the
+  // first batch's dispatches, where its products (bound by memory bandwidth) and the routed ones
+  // (bound by arithmetic) share the threads. Its numbers are the same either way.
+  const sharedNow = w.shared !== null && !(fetch.ready?.() ?? false);
+  let s = sharedNow ? await gatedMlp(c, w.shared!, x, T, p.act) : null;
+  let sharedLater = w.shared !== null && !sharedNow;
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
   await lend(async (batch) => {
-    // The batch's gate and up products in one call, then its down products: independent
-    // products, each the same canonical dots as alone.
-    // one token's input is z itself (a single row); several are gathered
-    const xin = batch.map(({ expert }) => (T === 1 ? z : gatherRows(z, users.get(expert)!, zw)));
-    const n = batch.map(({ expert }) => users.get(expert)!.length);
-    const gu = await linearMany(c, batch.flatMap(({ w }, k) => [{ m: w.gate, x: xin[k]!, T: n[k]! }, { m: w.up, x: xin[k]!, T: n[k]! }]));
-    const h = gatedActMany(c, batch.map((_, k) => [gu[2 * k]!, gu[2 * k + 1]!] as const), p.act);
-    const ys = await linearMany(c, batch.map(({ w }, k) => ({ m: w.down, x: h[k]!, T: n[k]! })));
+    // The batch's gated MLPs (the shared expert's first, when it was left for here): one dispatch
+    // of their gate and up products, one of activations, one of down products, each product the
+    // same canonical dots as alone.
+    const mlps: GatedMlpItem[] = batch.map(({ expert, w: ew }) => {
+      const toks = users.get(expert)!;
+      // one token's input is z itself (a single row); several are gathered
+      return { w: ew, x: T === 1 ? z : gatherRows(z, toks, zw), T: toks.length };
+    });
+    if (sharedLater) mlps.unshift({ w: w.shared!, x, T });
+    const ys = await gatedMlpMany(c, mlps, p.act);
+    if (sharedLater) {
+      s = ys.shift()!;
+      sharedLater = false;
+    }
     batch.forEach(({ expert }, k) => {
       users.get(expert)!.forEach((t, i) => {
         const j = routing.ids[t]!.indexOf(expert);
@@ -82,6 +96,7 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
       });
     });
   });
+  if (sharedLater) s = await gatedMlp(c, w.shared!, x, T, p.act); // (nothing was lent)
   const routed = new Float32Array(T * zw);
   for (let t = 0; t < T; t++) {
     for (let j = 0; j < p.topK; j++) addScaled(routed, t * zw, outOf.get(t * p.topK + j)!, routing.weights[t]![j]!, zw);

@@ -33,6 +33,11 @@ export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, 
 export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Promise<Float32Array> {
   const rows = w.rows;
   const y = new Float32Array(T * rows);
+  const v = w.now?.();
+  if (v) {
+    c.matmul(v, x, T, y);
+    return y;
+  }
   await w.parts((v, r0) => {
     if (r0 === 0 && v.rows === rows) {
       c.matmul(v, x, T, y);
@@ -51,7 +56,10 @@ export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Pr
  */
 export async function linearMany(c: Compute, items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
   const ys: Float32Array[] = items.map(({ m, T }) => new Float32Array(T * m.rows));
-  const views = await Promise.all(items.map(({ m }) => (m.resident ? m.whole((v) => v) : null)));
+  // resident views as they are, or (not read yet) after their read; streamed ones go one by one
+  const now = items.map(({ m }) => m.now?.() ?? null);
+  const views = now.every((v, i) => v || !items[i]!.m.resident) ? now
+    : await Promise.all(items.map(({ m }, i) => now[i] ?? (m.resident ? m.whole((v) => v) : null)));
   const batch: MatmulOp[] = [];
   for (let i = 0; i < items.length; i++) {
     const v = views[i];
@@ -101,6 +109,19 @@ export type MlpWeights = GatedMats;
 
 /** down · act(gate · x, up · x) for T rows. */
 export async function gatedMlp(c: Compute, w: MlpWeights, x: Float32Array, T: number, act: Activation): Promise<Float32Array> {
-  const [g, u] = await linearMany(c, [{ m: w.gate, x, T }, { m: w.up, x, T }]);
-  return linear(c, w.down, gatedAct(c, g!, u!, act), T);
+  return (await gatedMlpMany(c, [{ w, x, T }], act))[0]!;
+}
+
+/** One gated MLP's weights and its input x [T, cols]. */
+export interface GatedMlpItem {
+  w: MlpWeights;
+  x: Float32Array;
+  T: number;
+}
+
+/** gatedMlp of each item, in three dispatches (gate and up products, activations, down products); each output what gatedMlp alone gives. */
+export async function gatedMlpMany(c: Compute, items: readonly GatedMlpItem[], act: Activation): Promise<Float32Array[]> {
+  const gu = await linearMany(c, items.flatMap(({ w, x, T }) => [{ m: w.gate, x, T }, { m: w.up, x, T }]));
+  const h = gatedActMany(c, items.map((_, k) => [gu[2 * k]!, gu[2 * k + 1]!] as const), act);
+  return linearMany(c, items.map(({ w, T }, k) => ({ m: w.down, x: h[k]!, T })));
 }

@@ -140,7 +140,7 @@ export class WeightStore {
   guessOverride: ((layer: number, guessed: number[]) => number[]) | null = null;
   /** Test hook: told of every expert read, expert use and matrix use, in order. */
   trace: ((e: StoreEvent) => void) | null = null;
-  private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void> }>();
+  private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void>; done: boolean }>();
   /** Trunk matrices requantized to q7 as they are read (`fastTrunk`). */
   private readonly q7 = new Set<string>();
   private readonly ring: Ring;
@@ -270,8 +270,10 @@ export class WeightStore {
     let e = this.pinned.get(p.seq);
     if (!e) {
       const buf = this.alloc(p.bytes);
-      e = { buf, ready: this.readPiece(p, buf) };
-      this.pinned.set(p.seq, e);
+      const entry = { buf, ready: this.readPiece(p, buf), done: false };
+      entry.ready.then(() => void (entry.done = true), () => {});
+      this.pinned.set(p.seq, entry);
+      e = entry;
     }
     const t0 = performance.now();
     await e.ready;
@@ -295,13 +297,24 @@ export class WeightStore {
     };
     const release = (p: Piece) => this.releasePiece(p);
     const view = (p: Piece, buf: Uint8Array) => this.viewOf(p, buf, base);
+    // A pinned single-piece matrix stays put for the store's life: its view may be batched.
+    const resident = m.pieces.length === 1 && m.pieces[0]!.seq < this.plan.pinnedPieces;
+    let held: WeightView | null = null;
+    const now = (): WeightView | null => {
+      if (this.trace) return null; // a traced store lends through acquire, so that every use is traced
+      if (held) return held;
+      const e = this.pinned.get(m.pieces[0]!.seq);
+      if (!e?.done) return null;
+      held = view(m.pieces[0]!, e.buf);
+      return held;
+    };
     return {
       name: base,
       rows,
       cols,
       format: m.format,
-      // A pinned single-piece matrix stays put for the store's life: its view may be batched.
-      resident: m.pieces.length === 1 && m.pieces[0]!.seq < this.plan.pinnedPieces,
+      resident,
+      ...(resident ? { now } : {}),
       async parts(fn) {
         for (const p of m.pieces) {
           const buf = await acquire(p);
@@ -498,11 +511,18 @@ export class WeightStore {
     return { part, missing: new Set(missing) };
   }
 
+  /** The handles lent for the expert each slot holds (built on its first use there). */
+  private readonly slotMats: ({ key: number; w: GatedMats } | undefined)[] = [];
+
   private weightsOf(l: number, e: number): { expert: number; w: GatedMats } {
     const si = this.cache.get(l, e);
     if (si === undefined) throw new Error(`expert ${l}.${e} not resident after its read`);
     this.trace?.({ kind: 'use-expert', layer: l, expert: e });
-    return { expert: e, w: this.expertWeights(l, e, this.slot(si)) };
+    const key = expertKey(l, e), held = this.slotMats[si];
+    if (held?.key === key) return { expert: e, w: held.w };
+    const w = this.expertWeights(l, e, this.slot(si));
+    this.slotMats[si] = { key, w };
+    return { expert: e, w };
   }
 
   /** Lend one started batch: the experts already resident first, the rest once their reads are in. */
@@ -530,6 +550,7 @@ export class WeightStore {
     const size = Math.max(1, this.plan.expertSlots);
     this.oneBatch = ids.length <= size;
     const first = this.startBatch(l, ids.slice(0, size));
+    this.begunReady = this.oneBatch && first.missing.size === 0 && first.part.every((e) => !this.pending.has(expertKey(l, e)));
     return async (use) => {
       for (let i = 0, b = first; ; b = this.startBatch(l, ids.slice(i, i + size))) {
         await this.lendBatch(l, b, use);
@@ -537,6 +558,13 @@ export class WeightStore {
         if (i >= ids.length) return;
       }
     };
+  }
+
+  private begunReady = false;
+
+  /** Whether the experts of the last beginExperts are all in memory already: one batch, no read. */
+  expertsReady(): boolean {
+    return this.begunReady;
   }
 
   /** Lend the routed experts `ids` of layer l to `use` (beginExperts, then lend at once). */
