@@ -80,7 +80,7 @@ test('plan: real K3 config floor under 2 GiB; refusal below the floor names the 
   const p = JSON.parse(r.stdout);
   assert.equal(p.budget_bytes, 2 * 2 ** 30);
   assert.ok(p.floor_bytes < 2 * 2 ** 30, `floor ${p.floor_bytes}`);
-  assert.equal(p.total_bytes, p.baseline_bytes + p.resident_small_bytes + p.kda_state_bytes + p.mla_cache_bytes + p.scratch_bytes + p.ring_bytes + p.pinned_trunk_bytes + p.expert_cache_bytes + p.embedding_resident_bytes);
+  assert.equal(p.total_bytes, p.baseline_bytes + p.resident_small_bytes + p.derived_bytes + p.kda_state_bytes + p.mla_cache_bytes + p.scratch_bytes + p.ring_bytes + p.pinned_trunk_bytes + p.expert_cache_bytes + p.embedding_resident_bytes);
   assert.ok(p.total_bytes <= p.budget_bytes);
   const low = spawnSync(process.execPath, [CLI, 'run', path.join(GOLDEN, 'k3'), '--ids', '1,2', '--memory', '64M'], { encoding: 'utf8' });
   assert.equal(low.status, 2);

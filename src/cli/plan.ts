@@ -46,7 +46,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
     if (values.json) {
       console.log(JSON.stringify({
         budget_bytes: p.budgetBytes, floor_bytes: p.floorBytes, fits: ok, total_bytes: p.totalBytes, max_bytes: maxBudget(cfg, layout, state, ctx, chunk, parallel),
-        baseline_bytes: p.baselineBytes, parallel, engine_bytes: p.engineBytes, resident_small_bytes: p.smallBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
+        baseline_bytes: p.baselineBytes, parallel, engine_bytes: p.engineBytes, resident_small_bytes: p.smallBytes, derived_bytes: p.derivedBytes, kda_state_bytes: p.kdaStateBytes, mla_cache_bytes: p.mlaCacheBytes, ctx,
         scratch_bytes: p.scratchBytes, ring_bytes: p.ringBytes, pinned_trunk_bytes: p.pinnedBytes, streamed_trunk_bytes: p.streamedBytes, trunk_bytes: p.trunkBytes,
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
         embedding_row_bytes: p.embedRowBytes, embedding_resident_bytes: p.embedResidentBytes, from_config_only: !hasWeights,
@@ -61,6 +61,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
         row('node + code baseline', p.baselineBytes),
         ...(parallel > 0 ? [row('engine sequences', p.engineBytes, `${parallel} more states and their arrays (--parallel ${parallel})`)] : []),
         row('resident small tensors', p.smallBytes, 'norms, biases, conv taps'),
+        ...(p.derivedBytes ? [row('derived tensors', p.derivedBytes, 'Attention Residuals folds, f32')] : []),
         row('KDA state', p.kdaStateBytes, 'per sequence, f32'),
         row('MLA latent cache', p.mlaCacheBytes, `${ctx} positions`),
         row('scratch', p.scratchBytes, `activations for chunks of ${chunk}`),

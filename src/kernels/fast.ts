@@ -148,8 +148,11 @@ interface Resolved {
 export class Kernels {
   private top: number;
   private readonly buffers = new WeakSet<ArrayBufferLike>();
-  /** The memory's buffer when last seen (a grown shared memory hands out a new one). */
-  private lastBuffer: ArrayBufferLike | null = null;
+  /** The memory's buffer and its length as of the last grow (only this instance grows its
+   *  memory; a grown shared memory hands out a new buffer, the old one staying valid). Kept so
+   *  that the many allocations and checks of a call do not go through the buffer getter. */
+  private mem: ArrayBufferLike;
+  private memBytes: number;
   private readonly ctrl: Int32Array;
   private readonly maxOps: number;
   /**
@@ -174,7 +177,9 @@ export class Kernels {
     readonly maxBytes: number,
   ) {
     this.top = arenaStart;
-    this.buffers.add(memory.buffer);
+    this.mem = memory.buffer;
+    this.memBytes = this.mem.byteLength;
+    this.buffers.add(this.mem);
     this.ctrl = pool.ctrl;
     this.maxOps = maxOps();
   }
@@ -262,12 +267,22 @@ export class Kernels {
   // ---- memory -------------------------------------------------------------------------------
 
   private get buffer(): ArrayBufferLike {
-    const b = this.memory.buffer;
-    if (b !== this.lastBuffer) {
-      this.buffers.add(b);
-      this.lastBuffer = b;
+    return this.mem;
+  }
+
+  /** Make the memory at least `end` bytes long. */
+  private growTo(end: number): void {
+    const have = this.memory.buffer.byteLength;
+    if (end > have) {
+      try {
+        this.memory.grow(Math.ceil((end - have) / PAGE));
+      } catch {
+        throw new RangeError(`kernel memory exhausted: need ${end} bytes, maximum ${formatMiB(have)} reached`);
+      }
     }
-    return b;
+    this.mem = this.memory.buffer;
+    this.memBytes = this.mem.byteLength;
+    this.buffers.add(this.mem);
   }
 
   /** Allocate `bytes` (aligned to `align`, default 64) from the arena, zero-filled on first use only. */
@@ -275,25 +290,16 @@ export class Kernels {
     if (!(bytes >= 0) || !Number.isInteger(bytes)) throw new RangeError(`alloc: bad size ${bytes}`);
     const offset = align(this.top, alignment);
     const end = offset + bytes;
-    const have = this.memory.buffer.byteLength;
-    if (end > have) {
-      this.buffers.add(this.memory.buffer);
-      const need = Math.ceil((end - have) / PAGE);
-      try {
-        this.memory.grow(need);
-      } catch {
-        throw new RangeError(`kernel memory exhausted: need ${end} bytes, maximum ${formatMiB(this.memory.buffer.byteLength)} reached`);
-      }
-    }
+    if (end > this.memBytes) this.growTo(end);
     this.top = end;
-    return { offset, bytes, u8: new Uint8Array(this.buffer, offset, bytes) };
+    return { offset, bytes, u8: new Uint8Array(this.mem, offset, bytes) };
   }
 
   /** alloc without the view: the offset only (kernel arguments). */
   private allocOffset(bytes: number, alignment = 64): number {
     const offset = align(this.top, alignment);
     const end = offset + bytes;
-    if (end > this.memory.buffer.byteLength) return this.alloc(bytes, alignment).offset;
+    if (end > this.memBytes) this.growTo(end);
     this.top = end;
     return offset;
   }
@@ -318,7 +324,7 @@ export class Kernels {
   /** Whether a view lies in this kernel memory (then it can be used in place). */
   contains(a: ArrayBufferView): boolean {
     const b = a.buffer;
-    return b === this.lastBuffer || b === this.buffer || this.buffers.has(b);
+    return b === this.mem || this.buffers.has(b);
   }
 
   /** Copy a weight into the arena; the returned view is used in place by every call. */

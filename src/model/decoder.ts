@@ -27,8 +27,8 @@ export interface Block {
   moe: MoeParams;
   /** Where non-finite layer outputs are noticed (finite.ts); set by the model. */
   watch?: FiniteWatch;
-  /** Each layer's weight bundles, made on first use (see `bundle`). */
-  bundles: Map<string, Promise<unknown>>;
+  /** Each layer's weight bundles, made on first use (see `bundle`), at kind * numLayers + layer. */
+  bundles: (Promise<unknown> | undefined)[];
 }
 
 export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute): Block {
@@ -51,22 +51,33 @@ export function makeBlock(cfg: ModelConfig, store: WeightStore, compute: Compute
       rope: m.rope ? makeRope(m.ropeDim, m.rope.theta, m.rope.yarn) : null,
     },
     moe: { ...cfg.moe, act: cfg.act, eps: cfg.rmsNormEps },
-    bundles: new Map(),
+    bundles: [],
   };
 }
 
+/** What a bundle holds: the attention block's weights, the FFN's, the MoE's expert fetch, the
+ *  AttnRes folds before attention and before the FFN, the output fold (layer 0), the two norm
+ *  gains, and the head's final norm and lm_head (layer 0). */
+export const BundleKind = { Attention: 0, Ffn: 1, Experts: 2, FoldAttn: 3, FoldMlp: 4, FoldOut: 5, InputNorm: 6, PostNorm: 7, Head: 8 } as const;
+export type BundleKind = (typeof BundleKind)[keyof typeof BundleKind];
+
 /**
- * The bundle `key` (say "kda.3"), made by `make` on first use and kept: a bundle holds the store's
- * matrix handles (which lend their bytes per call, streamed or not) and its small tensors (which
- * the store keeps anyway), so keeping it holds no weight bytes; it saves rebuilding names,
- * handles and awaits for every layer of every token. A failed make is not kept.
+ * Layer l's bundle of `kind`, made by `make` on first use and kept: the weight bundles hold the
+ * store's matrix handles (which lend their bytes per call, streamed or not) and its small tensors
+ * (which the store keeps anyway), so keeping them holds no weight bytes; the folds are counted in
+ * the plan (store/plan.ts derivedBytes). Kept because glue code is slow here: it runs right after
+ * products that stream the weights through every cache, so rebuilding names, handles and awaits for
+ * every layer of every token costs tens of microseconds each. A failed make is not kept.
  */
-function bundle<T>(b: Block, key: string, make: () => Promise<T>): Promise<T> {
-  let p = b.bundles.get(key) as Promise<T> | undefined;
+export function bundle<T>(b: Block, kind: BundleKind, l: number, make: () => Promise<T>): Promise<T> {
+  const i = kind * b.cfg.numLayers + l;
+  let p = b.bundles[i] as Promise<T> | undefined;
   if (!p) {
     p = make();
-    b.bundles.set(key, p);
-    p.catch(() => b.bundles.delete(key));
+    b.bundles[i] = p;
+    p.catch(() => {
+      if (b.bundles[i] === p) b.bundles[i] = undefined;
+    });
   }
   return p;
 }
@@ -80,10 +91,12 @@ export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
   return b.store.embedRows(ids);
 }
 
-/** RMSNorm with the gain tensor `name` (one of the layer's norms, from the name table). */
-export async function layerNorm(b: Block, name: string, x: Float32Array, T: number): Promise<Float32Array> {
+/** RMSNorm of layer l with its input norm (before attention) or its post-attention norm (before the FFN). */
+export async function layerNorm(b: Block, which: 'input' | 'post', l: number, x: Float32Array, T: number): Promise<Float32Array> {
   const D = b.cfg.hiddenSize;
-  const w = await b.store.vector(name, D);
+  const w = await (which === 'input'
+    ? bundle(b, BundleKind.InputNorm, l, () => b.store.vector(b.names.inputNorm(l), D))
+    : bundle(b, BundleKind.PostNorm, l, () => b.store.vector(b.names.postAttentionNorm(l), D)));
   return rmsNorm(x, T, D, w, b.cfg.rmsNormEps);
 }
 
@@ -91,27 +104,29 @@ export async function layerNorm(b: Block, name: string, x: Float32Array, T: numb
 export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState | Batch): Promise<Float32Array> {
   const seqs = state instanceof SequenceState ? [{ state, T }] : state;
   if (b.cfg.layers[l]!.attn === 'kda') {
-    const w = await bundle(b, `kda.${l}`, () => kdaWeights(b.store, b.cfg, l));
+    const w = await bundle(b, BundleKind.Attention, l, () => kdaWeights(b.store, b.cfg, l));
     return kdaForward(b.compute, b.kda!, w, xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
   }
-  const w = await bundle(b, `mla.${l}`, () => mlaWeights(b.store, b.cfg, l));
+  const w = await bundle(b, BundleKind.Attention, l, () => mlaWeights(b.store, b.cfg, l));
   return mlaForward(b.compute, b.mla, w, xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
 }
 
 /** FFN block of layer l on normalized input xn [T, D]. */
 export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await bundle(b, `mlp.${l}`, () => denseMlpWeights(b.store, b.cfg, l)), xn, T, b.cfg.act);
-  const w = await bundle(b, `moe.${l}`, () => moeWeights(b.store, b.cfg, l));
-  return moeForward(b.compute, b.moe, w, xn, T, await bundle(b, `experts.${l}`, async () => expertFetch(b.store, b.cfg, l)));
+  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await bundle(b, BundleKind.Ffn, l, () => denseMlpWeights(b.store, b.cfg, l)), xn, T, b.cfg.act);
+  const w = await bundle(b, BundleKind.Ffn, l, () => moeWeights(b.store, b.cfg, l));
+  return moeForward(b.compute, b.moe, w, xn, T, await bundle(b, BundleKind.Experts, l, async () => expertFetch(b.store, b.cfg, l)));
 }
 
 /** Final norm and lm_head for the given rows of h [T, D]: returns [rows.length, V]. */
 export async function head(b: Block, h: Float32Array, T: number, rows: number[]): Promise<Float32Array> {
   const { cfg } = b;
   const D = cfg.hiddenSize;
-  const w = await b.store.vector(b.names.finalNorm, D);
+  const { w, lm } = await bundle(b, BundleKind.Head, 0, async () => ({
+    w: await b.store.vector(b.names.finalNorm, D),
+    lm: b.store.mat(b.names.lmHead, cfg.vocabSize, D),
+  }));
   const sel = new Float32Array(rows.length * D);
   rows.forEach((t, i) => sel.set(h.subarray(t * D, (t + 1) * D), i * D));
-  const lm = b.store.mat(b.names.lmHead, cfg.vocabSize, D);
   return linear(b.compute, lm, rmsNorm(sel, rows.length, D, w, cfg.rmsNormEps), rows.length);
 }

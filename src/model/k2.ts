@@ -10,8 +10,8 @@ export async function forwardK2(b: Block, state: SequenceState | Batch, ids: num
   const T = ids.length;
   const h = await embed(b, ids);
   for (let l = 0; l < b.cfg.numLayers; l++) {
-    addInPlace(h, await attention(b, l, await layerNorm(b, b.names.inputNorm(l), h, T), T, state));
-    addInPlace(h, await ffn(b, l, await layerNorm(b, b.names.postAttentionNorm(l), h, T), T));
+    addInPlace(h, await attention(b, l, await layerNorm(b, 'input', l, h, T), T, state));
+    addInPlace(h, await ffn(b, l, await layerNorm(b, 'post', l, h, T), T));
     b.watch?.layer(l, h);
   }
   return head(b, h, T, rows);

@@ -4,13 +4,16 @@
 
 import type { AttnResNames } from '../checkpoint/names.js';
 import { attnResMixOn, foldWeights } from './attnres.js';
-import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';
+import { attention, bundle, BundleKind, embed, ffn, head, layerNorm, type Block } from './decoder.js';
 import { add } from './ops.js';
 import type { Batch, SequenceState } from './state.js';
 
-async function fold(b: Block, n: AttnResNames): Promise<Float32Array> {
-  const D = b.cfg.hiddenSize;
-  return foldWeights(await b.store.vector(n.norm, D), await b.store.vector(n.proj, D));
+/** The fold of an AttnRes site (attention or FFN of layer l, or the output), made once. */
+function fold(b: Block, kind: BundleKind, l: number, names: () => AttnResNames): Promise<Float32Array> {
+  return bundle(b, kind, l, async () => {
+    const D = b.cfg.hiddenSize, n = names();
+    return foldWeights(await b.store.vector(n.norm, D), await b.store.vector(n.proj, D));
+  });
 }
 
 /**
@@ -22,15 +25,15 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   const D = cfg.hiddenSize;
   const eps = cfg.rmsNormEps;
   let prefix: Float32Array | null = p;
-  const h = B.length > 0 ? attnResMixOn(b.compute, B, prefix, T, D, await fold(b, b.names.layerAttnRes(l, 'attn')), eps) : prefix;
+  const h = B.length > 0 ? attnResMixOn(b.compute, B, prefix, T, D, await fold(b, BundleKind.FoldAttn, l, () => b.names.layerAttnRes(l, 'attn')), eps) : prefix;
   if (l % cfg.attnResBlock! === 0) {
     B.push(prefix); // snapshot the pre-mix stream, then start a new block
     prefix = null;
   }
-  const a = await attention(b, l, await layerNorm(b, b.names.inputNorm(l), h, T), T, state);
+  const a = await attention(b, l, await layerNorm(b, 'input', l, h, T), T, state);
   prefix = prefix ? add(prefix, a) : a;
-  const h2 = attnResMixOn(b.compute, B, prefix, T, D, await fold(b, b.names.layerAttnRes(l, 'mlp')), eps);
-  const f = await ffn(b, l, await layerNorm(b, b.names.postAttentionNorm(l), h2, T), T);
+  const h2 = attnResMixOn(b.compute, B, prefix, T, D, await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), eps);
+  const f = await ffn(b, l, await layerNorm(b, 'post', l, h2, T), T);
   return add(prefix, f);
 }
 
@@ -43,6 +46,6 @@ export async function forwardK3(b: Block, state: SequenceState | Batch, ids: num
     p = await k3Layer(b, l, p, B, T, state);
     b.watch?.layer(l, p);
   }
-  const hL = attnResMixOn(b.compute, B, p, T, cfg.hiddenSize, await fold(b, b.names.outputAttnRes), cfg.rmsNormEps);
+  const hL = attnResMixOn(b.compute, B, p, T, cfg.hiddenSize, await fold(b, BundleKind.FoldOut, 0, () => b.names.outputAttnRes), cfg.rmsNormEps);
   return head(b, hL, T, rows);
 }

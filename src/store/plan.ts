@@ -48,6 +48,8 @@ export interface Plan {
    *  engineSequenceBytes. */
   engineBytes: number;
   smallBytes: number;
+  /** Made from the weights at first use and kept: K3's Attention Residuals folds (derivedBytes). */
+  derivedBytes: number;
   kdaStateBytes: number;
   mlaCacheBytes: number;
   ctx: number;
@@ -77,6 +79,12 @@ export interface StateSize {
   perPositionBytes: number;
 }
 
+/** f32 arrays the model makes from small tensors and keeps: one AttnRes fold per site of K3
+ *  (before each layer's attention and FFN, and the output; model/k3.ts). */
+export function derivedBytes(cfg: ModelConfig): number {
+  return cfg.attnResBlock ? (2 * cfg.numLayers + 1) * cfg.hiddenSize * 4 : 0;
+}
+
 /** Activation scratch for a chunk: the widest arrays a block keeps alive at once, doubled for GC slack. */
 export function scratchBytes(cfg: ModelConfig, chunk: number): number {
   const D = cfg.hiddenSize;
@@ -95,7 +103,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
   const expertsTotal = layout.moeLayers * cfg.moe.experts;
   // The decoder holds one block in (stored, at most raw) and one out, in 64 KiB pages.
   const decodeBytes = layout.maxCodedBlockBytes > 0 ? Math.ceil((4 * layout.maxCodedBlockBytes + 256) / 65536 + 1) * 65536 : 0;
-  const fixed = BASELINE_BYTES + engineBytes + layout.smallBytes + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
+  const derived = derivedBytes(cfg);
+  const fixed = BASELINE_BYTES + engineBytes + layout.smallBytes + derived + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
   const minRing = 3 * layout.maxPieceBytes;
   const minSlots = expertsTotal > 0 ? 1 : 0;
   const floor = fixed + minRing + minSlots * layout.expertBytes;
@@ -108,6 +117,7 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     parallel,
     engineBytes,
     smallBytes: layout.smallBytes,
+    derivedBytes: derived,
     kdaStateBytes: s.perSequenceBytes,
     mlaCacheBytes,
     ctx,
