@@ -275,7 +275,7 @@ ${MODEL_HELP}`,
       const cols: (ProfileBucket | 'js')[] = [...PROFILE_BUCKETS, 'js'];
       const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
       console.log('');
-      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = mxfp4/int4 products, fused = KDA/MLA/activations, js = the rest):`);
+      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = dispatches of mxfp4/int4 products (with the shared expert when nothing is read), fused = KDA/MLA/activations, js = the rest):`);
       console.log(`| threads |${fastAll ? ' path |' : ''} ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
       console.log(`| ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
       for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);

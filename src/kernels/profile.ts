@@ -4,7 +4,8 @@
 // router, softmax, AttnRes, the store). Off (null) by default: then nothing is timed.
 //
 //   matmul      trunk products (every format but the expert formats), the calling thread's share
-//   experts     products of mxfp4 / int4 weights (routed experts), the calling thread's share
+//   experts     dispatches holding products of mxfp4 / int4 weights (routed experts; K3's shared
+//               expert joins them when no expert is being read), the calling thread's share
 //   fused       KDA step, MLA scores and weighted sum, gated activations
 //   dispatch    JavaScript around a kernel call: checks, activation copies and permutes, q8
 //               quantization, op words, output copies
