@@ -266,10 +266,6 @@ export class Kernels {
 
   // ---- memory -------------------------------------------------------------------------------
 
-  private get buffer(): ArrayBufferLike {
-    return this.mem;
-  }
-
   /** Make the memory at least `end` bytes long. */
   private growTo(end: number): void {
     const have = this.memory.buffer.byteLength;
@@ -288,10 +284,7 @@ export class Kernels {
   /** Allocate `bytes` (aligned to `align`, default 64) from the arena, zero-filled on first use only. */
   alloc(bytes: number, alignment = 64): Region {
     if (!(bytes >= 0) || !Number.isInteger(bytes)) throw new RangeError(`alloc: bad size ${bytes}`);
-    const offset = align(this.top, alignment);
-    const end = offset + bytes;
-    if (end > this.memBytes) this.growTo(end);
-    this.top = end;
+    const offset = this.allocOffset(bytes, alignment);
     return { offset, bytes, u8: new Uint8Array(this.mem, offset, bytes) };
   }
 
@@ -307,7 +300,7 @@ export class Kernels {
   /** A Float32Array of n elements in kernel memory. */
   allocF32(n: number): Float32Array {
     const r = this.alloc(n * 4, 64);
-    return new Float32Array(this.buffer, r.offset, n);
+    return new Float32Array(this.mem, r.offset, n);
   }
 
   /** Current arena top, for release(). */
@@ -515,7 +508,7 @@ export class Kernels {
       }
       if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');
       else this.pool.run(ops.length, this.threadsFor(macs));
-      const buf = this.buffer;
+      const buf = this.mem;
       for (const c of copies) {
         if (c.r0 === 0 && c.r1 === c.rows) c.y.set(new Float32Array(buf, c.off, c.T * c.rows));
         else for (let t = 0; t < c.T; t++) c.y.set(new Float32Array(buf, c.off + 4 * (t * c.rows + c.r0), c.r1 - c.r0), t * c.rows + c.r0);
@@ -562,7 +555,7 @@ export class Kernels {
       const nth = Math.min(H, this.threadsFor(H * n * R.cols));
       if (this.prof) this.runPool(1, nth, 'matmul');
       else this.pool.run(1, nth);
-      if (!inMem) y.set(new Float32Array(this.buffer, yoff, H * R.cols));
+      if (!inMem) y.set(new Float32Array(this.mem, yoff, H * R.cols));
     } finally {
       this.release(m);
     }
@@ -581,7 +574,7 @@ export class Kernels {
       const inMem = this.contains(y);
       const yoff = inMem ? y.byteOffset : this.alloc(R.cols * 4).offset;
       this.ex[`mvT_${R.fmt}`]!(R.w, R.s, R.sdt, R.rows, R.cols, r0, n, xoff, yoff, this.scratch[0]!);
-      if (!inMem) y.set(new Float32Array(this.buffer, yoff, R.cols));
+      if (!inMem) y.set(new Float32Array(this.mem, yoff, R.cols));
     } finally {
       this.release(m);
     }
@@ -626,7 +619,7 @@ export class Kernels {
       const oIn = this.contains(o);
       const oo = oIn ? o.byteOffset : this.alloc(P * 4).offset;
       this.runFused(OP_KDA, 'kda_step', [...args, oo, d], H, 2 * P * d);
-      const buf = this.buffer;
+      const buf = this.mem;
       if (!oIn) o.set(new Float32Array(buf, oo, P));
       if (!sIn) S.set(new Float32Array(buf, so, P * d));
     } finally {
@@ -653,7 +646,7 @@ export class Kernels {
     const m = this.mark();
     try {
       const pb = this.alloc(KDA_BLOCK_BYTES + 8 * H, 16).offset;
-      const buf = this.buffer;
+      const buf = this.mem;
       const w: Record<(typeof KDA_BLOCK_WORDS)[number], number> = {
         S: a.S.byteOffset, conv: a.conv.byteOffset, work: a.work.byteOffset,
         qr: this.f32In(a.qr, T * P, 'kda qr'), kr: this.f32In(a.kr, T * P, 'kda kr'), vr: this.f32In(a.vr, T * P, 'kda vr'),
@@ -675,7 +668,7 @@ export class Kernels {
       f.set(a.A.subarray(0, H), KDA_BLOCK_BYTES / 8);
       // work per head and token: the delta rule's 2·d² plus the element-wise pieces (~8 exps per channel)
       this.runFused(OP_KDA_BLOCK, 'kda_block', [pb], H, T * (2 * P * d + 64 * P));
-      if (!yIn) a.y.set(new Float32Array(this.buffer, w.y, T * P));
+      if (!yIn) a.y.set(new Float32Array(this.mem, w.y, T * P));
     } finally {
       this.release(m);
     }
@@ -698,12 +691,12 @@ export class Kernels {
       const qr = H > 0 ? this.f32In(q.subarray(qo), (H - 1) * qStride + dr, 'mla q') : 0;
       const lo = this.f32In(lat, n * Lk, 'mla lat'), ro = this.f32In(rope, n * dr, 'mla rope');
       const sp = this.alloc(8, 8).offset;
-      new Float64Array(this.buffer, sp, 1)[0] = scale;
+      new Float64Array(this.mem, sp, 1)[0] = scale;
       if (out.length < H * n) throw new RangeError(`mla scores: out has ${out.length} values, need ${H * n}`);
       const oIn = this.contains(out);
       const oo = oIn ? out.byteOffset : this.alloc(H * n * 4).offset;
       this.runFused(OP_MLA_SCORES, 'mla_scores', [ql, qr, qStride * 4, lo, ro, n, Lk, dr, sp, oo], H, H * n * (Lk + dr));
-      if (!oIn) out.set(new Float32Array(this.buffer, oo, H * n));
+      if (!oIn) out.set(new Float32Array(this.mem, oo, H * n));
     } finally {
       this.release(m);
     }
@@ -722,7 +715,7 @@ export class Kernels {
       const oIn = this.contains(out);
       const oo = oIn ? out.byteOffset : this.alloc(H * Lk * 4).offset;
       this.runFused(OP_MLA_WSUM, 'mla_wsum', [po, lo, n, Lk, oo], H, H * n * Lk);
-      if (!oIn) out.set(new Float32Array(this.buffer, oo, H * Lk));
+      if (!oIn) out.set(new Float32Array(this.mem, oo, H * Lk));
     } finally {
       this.release(m);
     }
@@ -745,17 +738,17 @@ export class Kernels {
     try {
       const offs = this.allocOffset(4 * m, 4);
       const co = cands.map((c, i) => this.f32In(c, T * D, `attnres candidate ${i}`));
-      new Int32Array(this.buffer, offs, m).set(co);
+      new Int32Array(this.mem, offs, m).set(co);
       const fo = this.f32In(fold, D, 'attnres fold');
       const eo = this.allocOffset(8, 8);
-      new Float64Array(this.buffer, eo, 1)[0] = eps;
+      new Float64Array(this.mem, eo, 1)[0] = eps;
       const so = this.allocOffset(8 * T * m, 8);
       this.runFused(OP_ATTNRES_SCORES, 'attnres_scores', [offs, m, D, fo, eo, so], T, 2 * T * m * D);
-      const s = new Float64Array(this.buffer, so, T * m);
+      const s = new Float64Array(this.mem, so, T * m);
       for (let t = 0; t < T; t++) depthSoftmax(s.subarray(t * m, (t + 1) * m));
       const oo = this.allocOffset(4 * T * D);
       this.runFused(OP_ATTNRES_SUM, 'attnres_sum', [offs, m, D, so, oo], T, T * m * D);
-      return new Float32Array(this.buffer, oo, T * D).slice();
+      return new Float32Array(this.mem, oo, T * D).slice();
     } finally {
       this.release(mk);
     }
@@ -791,7 +784,7 @@ export class Kernels {
     const m = this.mark();
     try {
       const r = this.alloc(16 + 12 * n4, 16);
-      const buf = this.buffer;
+      const buf = this.mem;
       const pars = new Float64Array(buf, r.offset, 2);
       pars[0] = b;
       pars[1] = bl ?? 1;

@@ -27,15 +27,15 @@ export interface MoeParams extends RouterConfig {
   eps: number;
 }
 
-/** Calls `use` with batches of the experts begun (as many as the cache holds at once), each expert's weights valid only during that call. */
-export type LendExperts = (use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>;
+/** Calls `use` with batches of the experts begun (as many as the cache holds at once), each
+ *  expert's weights valid only during that call. `ready`: every expert begun is in memory already
+ *  (one batch, nothing to read). */
+export type LendExperts = ((use: (batch: { expert: number; w: MlpWeights }[]) => Promise<void>) => Promise<void>) & { ready?: boolean };
 
 /** Where a MoE block's routed experts come from. */
 export interface ExpertFetch {
   /** Called once per MoE block with every distinct expert the chunk chose, ascending: starts their reads now. */
   begin(ids: number[]): LendExperts;
-  /** After begin: whether every expert begun is in memory already (nothing to read, one batch). */
-  ready?(): boolean;
   /**
    * Lookahead: the next MoE layer's router and bias, and where guesses of its experts go, when
    * guessing costs no weight read (its router is resident); null otherwise.
@@ -68,9 +68,8 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   // The shared expert: now, while reads are in flight; else (every expert in memory) in the
   // first batch's dispatches, where its products (bound by memory bandwidth) and the routed ones
   // (bound by arithmetic) share the threads. Its numbers are the same either way.
-  const sharedNow = w.shared !== null && !(fetch.ready?.() ?? false);
-  let s = sharedNow ? await gatedMlp(c, w.shared!, x, T, p.act) : null;
-  let sharedLater = w.shared !== null && !sharedNow;
+  let sharedLater = w.shared !== null && lend.ready === true;
+  let s = w.shared && !sharedLater ? await gatedMlp(c, w.shared, x, T, p.act) : null;
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]

@@ -93,7 +93,6 @@ export async function moeWeights(store: WeightStore, cfg: ModelConfig, l: number
 export function expertFetch(store: WeightStore, cfg: ModelConfig, l: number): ExpertFetch {
   return {
     begin: (ids) => store.beginExperts(l, ids),
-    ready: () => store.expertsReady(),
     async next() {
       const n = store.lookaheadLayer(l);
       if (n === null) return null;

@@ -541,30 +541,26 @@ export class WeightStore {
    * Begin lending the routed experts `ids` of layer l: the cache step and the reads of the first
    * batch (as many as the cache holds at once) start now, so they run while the caller computes
    * (the shared expert); the returned function lends them to `use`, batch by batch, resident
-   * experts of a batch before those still being read. Which experts are computed, and on what,
-   * never depends on the cache; only which reads happen, and when, does.
+   * experts of a batch before those still being read; its `ready` says whether all of them are in
+   * memory already. Which experts are computed, and on what, never depends on the cache; only
+   * which reads happen, and when, does.
    */
-  beginExperts(l: number, ids: number[]): (use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>) => Promise<void> {
+  beginExperts(l: number, ids: number[]): ((use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>) => Promise<void>) & { ready: boolean } {
     this.trace?.({ kind: 'routed', layer: l, experts: ids });
     this.settleGuesses(l, ids);
     const size = Math.max(1, this.plan.expertSlots);
     this.oneBatch = ids.length <= size;
     const first = this.startBatch(l, ids.slice(0, size));
-    this.begunReady = this.oneBatch && first.missing.size === 0 && first.part.every((e) => !this.pending.has(expertKey(l, e)));
-    return async (use) => {
+    const lend = async (use: (batch: { expert: number; w: GatedMats }[]) => Promise<void>): Promise<void> => {
       for (let i = 0, b = first; ; b = this.startBatch(l, ids.slice(i, i + size))) {
         await this.lendBatch(l, b, use);
         i += size;
         if (i >= ids.length) return;
       }
     };
-  }
-
-  private begunReady = false;
-
-  /** Whether the experts of the last beginExperts are all in memory already: one batch, no read. */
-  expertsReady(): boolean {
-    return this.begunReady;
+    // in memory already: one batch, nothing missing, no read of an earlier step still in flight
+    const ready = this.oneBatch && first.missing.size === 0 && first.part.every((e) => !this.pending.has(expertKey(l, e)));
+    return Object.assign(lend, { ready });
   }
 
   /** Lend the routed experts `ids` of layer l to `use` (beginExperts, then lend at once). */
