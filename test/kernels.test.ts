@@ -83,13 +83,15 @@ function sameBytes(a: Float32Array, b: Float32Array, what: string): void {
   assert.fail(`${what}: first difference at ${i}: fast ${a[i]} ref ${b[i]}`);
 }
 
+// 33 and 70 rows: the single-token path walks 4 rows side by side (rows r, r+q, r+2q, r+3q,
+// q = rows/4 when at least MM1_MIN_DIST), then the rest one by one
 const SHAPES: Record<WeightFormat, [number, number][]> = {
-  f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7]],
-  bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5]],
-  f16: [[1, 16], [3, 100], [17, 96], [33, 48]],
+  f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7], [70, 64]],
+  bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64]],
+  f16: [[1, 16], [3, 100], [17, 96], [33, 48], [70, 64]],
   fp8: [[3, 130], [17, 16], [33, 100], [130, 260]],
-  int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40]],
-  mxfp4: [[1, 32], [3, 64], [17, 96], [33, 128]],
+  int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40], [70, 64]],
+  mxfp4: [[1, 32], [3, 64], [17, 96], [33, 128], [70, 64]],
 };
 const FORMATS = Object.keys(SHAPES) as WeightFormat[];
 // Below TILE_MIN_T each token runs the single-token dot; from it on, tokens come in tiles of
@@ -216,6 +218,10 @@ test('row ranges and batches: other outputs untouched, one dispatch for several 
     const y = new Float32Array(T * rows).fill(-1);
     k.matmul(wa, x, T, y, 7, 31);
     sameBytes(y, want, 'row range');
+    // a range long enough for the single-token path's row groups, off the matrix's ends
+    for (let t = 0; t < T; t++) for (let r = 3; r < 47; r++) want[t * rows + r] = full[t * rows + r]!;
+    k.matmul(wa, x, T, y, 3, 47);
+    sameBytes(y, want, 'row range of groups');
 
     const outs = [wa, wb, wc].map(() => new Float32Array(T * rows));
     k.matmulBatch([wa, wb, wc].map((w, i) => ({ w, x, T, y: outs[i]! })));

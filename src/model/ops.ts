@@ -55,7 +55,7 @@ export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Pr
  * resident in kernel memory). Each y_i is exactly what linear() gives.
  */
 export async function linearMany(c: Compute, items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
-  const ys: Float32Array[] = items.map(({ m, T }) => new Float32Array(T * m.rows));
+  const ys = carve(items.map(({ m, T }) => T * m.rows));
   // resident views as they are, or (not read yet) after their read; streamed ones go one by one
   const now = items.map(({ m }) => m.now?.() ?? null);
   const views = now.every((v, i) => v || !items[i]!.m.resident) ? now
@@ -68,6 +68,16 @@ export async function linearMany(c: Compute, items: { m: Mat; x: Float32Array; T
   }
   c.matmulBatch(batch);
   return ys;
+}
+
+/** Zero-filled arrays of the given lengths, views of one allocation: a decode step makes some
+ *  hundreds of outputs, and an ArrayBuffer each cost ~2 ms per token (k3-medium, profiled). */
+function carve(lengths: readonly number[]): Float32Array[] {
+  let n = 0;
+  for (const l of lengths) n += l;
+  const all = new Float32Array(n);
+  let o = 0;
+  return lengths.map((l) => all.subarray(o, (o += l)));
 }
 
 /** a += b, element-wise in f32. */
@@ -89,7 +99,8 @@ export interface Activation {
 
 /** gatedAct of several (gate, up) pairs in one kernel dispatch; each output as gatedAct gives it. */
 export function gatedActMany(c: Compute, pairs: readonly (readonly [Float32Array, Float32Array])[], act: Activation): Float32Array[] {
-  const items = pairs.map(([gate, up]) => ({ gate, up, out: new Float32Array(gate.length) }));
+  const outs = carve(pairs.map(([gate]) => gate.length));
+  const items = pairs.map(([gate, up], k) => ({ gate, up, out: outs[k]! }));
   c.gatedActBatch(items, act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null);
   return items.map((i) => i.out);
 }

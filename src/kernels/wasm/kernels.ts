@@ -66,6 +66,15 @@ export const TILE_ROWS = 2;
 /** Smallest T that takes the tiled path (fast.ts tiles x from this T on; below it, each token
  *  runs the single-token dot, which measured as fast or faster for T < 4). */
 export const TILE_MIN_T = 4;
+/** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
+ *  between them: rows j, j+q, j+2q, j+3q for j in [r0, r0+q) of a range of n rows, q = n/4 when
+ *  at least MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why:
+ *  memory streams. Measured on Zen 3, 2048-column bf16 rows streamed from DRAM, one thread: one
+ *  row 6.2-6.8 GB/s; 2 rows far apart 7.5; 4 far apart 8.7 (a plain Wasm read loop: 8-9.6 with
+ *  one stream, 10-11 with four); 4 rows 1 or 2 apart 6.5-6.9, 2 adjacent 5.2 (slower than one:
+ *  neighbouring pages look like one stream to the prefetcher). */
+export const MM1_ROWS = 4;
+export const MM1_MIN_DIST = 8;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
@@ -435,70 +444,63 @@ function addDecoders(gen: Gen, f16s: Fn): Decoders {
   return dec;
 }
 
-// ---- row tiles: one row with TB tokens at a time, 4 accumulators per token. The single-token
-// path uses TB = 1: with TB >= 2 (and with several rows per pass) V8 hoists the loads and spills
-// accumulators on Zen 5 / V8 11; the tiled path below is how several tokens share a row. Two or
-// three rows per pass with the rows' loads interleaved k by k (few spills left) were measured
-// again on Zen 3: faster on 8192-column rows streamed from DRAM, but 15-30% slower per decoded
-// token of k3-medium (2048 columns), so one row it is ----
+// ---- rows of the single-token path: a row's 4 accumulators per token. Several tokens per row
+// (TB >= 2 in registers) made V8 hoist the loads and spill accumulators (Zen 5 / V8 11): the
+// tiled path below is how several tokens share a row. Several rows share the loop only when they
+// lie far apart (MM1_ROWS) ----
 
 /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
 interface RowSource {
   stepCols: 16 | 32;
-  /** Set per-row pointers for row (rBase + i). */
-  init(f: Fn, i: number, row: Code): Code[];
-  /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator). */
-  step(f: Fn, i: number, emit: (k: number, w: Code) => Code): Code[];
+  /** Set the pointer of row i (base + i*stride). */
+  init(f: Fn, i: number): Code[];
+  /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator),
+   *  or only for the accumulators in ks. */
+  step(f: Fn, i: number, emit: (k: number, w: Code) => Code, ks?: readonly number[]): Code[];
   advance(f: Fn, i: number): Code[];
   /** Scalar weight of row i at (natural) column c, for the tail. */
   tail(f: Fn, i: number, c: Code): Code;
 }
 
 /**
- * Dot one row (at rBase) with TB activation rows (token j at xq + j*xStride, perm layout) and
- * store y[yAddr(j)]. The row's weights of a step are loaded (and widened) once into locals and
- * used for all TB tokens; each token keeps its own 4 accumulators, so every output element still
- * sees exactly the canonical per-lane mul-then-add sequence. Uses locals prefixed by tag.
+ * Dot NR rows (src rows 0..NR-1) with one activation row at xq (perm layout) and store row i's
+ * result at yAddr(i). The rows are walked side by side, step by step, each with its own 4
+ * accumulators and the canonical per-lane mul-then-add sequence, so its numbers are those of
+ * the row alone. `passes` split the lanes: each pass walks the columns once for its accumulators
+ * (every lane is an independent chain, so the split changes nothing). Uses locals prefixed by tag.
  */
-function tileBody(f: Fn, perm: Perm, TB: number, src: RowSource, rBase: Code, xq: Code, xStride: Code, yAddr: (j: number) => Code, tag: string): Code[] {
-  const A = Array.from({ length: TB }, (_, j) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${j}_${k}`, V128)));
-  const Q = Array.from({ length: TB }, (_, j) => f.local(`${tag}q${j}`, I32));
-  const W = Array.from({ length: src.stepCols / 4 }, (_, k) => f.local(`${tag}w${k}`, V128));
-  const qend = f.local(`${tag}qend`, I32);
+function rowsBody(f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr: (i: number) => Code, tag: string,
+  passes: readonly (readonly number[])[] = [[0, 1, 2, 3]]): Code[] {
+  const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
+  const q = f.local(`${tag}q`, I32), q0 = f.local(`${tag}q0`, I32), qend = f.local(`${tag}qend`, I32);
   const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
-  const out: Code[] = [set(Q[0]!, xq)];
-  for (let j = 1; j < TB; j++) out.push(set(Q[j]!, i32.add(get(Q[j - 1]!), xStride)));
-  out.push(...src.init(f, 0, rBase));
+  const R = Array.from({ length: NR }, (_, i) => i);
+  const out: Code[] = [set(q0, xq)];
   out.push(...A.flat().map((a) => set(a, ZERO)));
-  const macs = (k: number, w: Code): Code[] => TB === 1
-    ? [mac(A[0]![k & 3]!, w, v128.load(get(Q[0]!), 16 * k))]
-    : [set(W[k]!, w), ...Q.map((q, j) => mac(A[j]![k & 3]!, get(W[k]!), v128.load(get(q), 16 * k)))];
-  out.push(
-    set(qend, addp(get(Q[0]!), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))),
-    block(loop(br_if(1, i32.ge_u(get(Q[0]!), get(qend))),
-      ...src.step(f, 0, (k, w) => macs(k, w)),
-      ...src.advance(f, 0),
-      ...Q.map((q) => set(q, i32.add(get(q), i32.const(src.stepCols * 4)))), br(0))),
-  );
-  for (let j = 0; j < TB; j++) {
-    // after the loop Q[j] points at token j's tail
+  out.push(set(qend, addp(get(q0), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))));
+  for (const ks of passes) {
     out.push(
-      set(acc, finalize(f, perm, A[j]!, `${tag}${j}`)),
+      set(q, get(q0)),
+      ...R.flatMap((i) => src.init(f, i)),
+      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+        ...R.flatMap((i) => src.step(f, i, (k, w) => mac(A[i]![k & 3]!, w, v128.load(get(q), 16 * k)), ks)),
+        ...R.flatMap((i) => src.advance(f, i)),
+        set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0))),
+    );
+  }
+  for (const i of R) {
+    // after the loop q points at the token's tail
+    out.push(
+      set(acc, finalize(f, perm, A[i]!, `${tag}${i}`)),
       set(c, i32.and(cols, i32.const(-16))),
       block(loop(br_if(1, i32.ge_u(get(c), cols)),
-        set(acc, f32.add(get(acc), f32.mul(src.tail(f, 0, get(c)),
-          f32.load(addp(get(Q[j]!), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
+        set(acc, f32.add(get(acc), f32.mul(src.tail(f, i, get(c)),
+          f32.load(addp(get(q), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
         set(c, i32.add(get(c), i32.const(1))), br(0))),
-      f32.store(yAddr(j), get(acc)),
+      f32.store(yAddr(i), get(acc)),
     );
   }
   return out;
-}
-
-/** for (r = r0; r < r1; r++) body(r). */
-function rowLoop(f: Fn, body: (r: number) => Code[]): Code {
-  const r = f.local('r', I32);
-  return [set(r, get(f.p('r0'))), forLt(r, f.p('r1'), 1, ...body(r))];
 }
 
 // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
@@ -507,7 +509,7 @@ function srcF32(base: number, stride: number): RowSource {
   return {
     stepCols: 16,
     init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
-    step: (f, i, emit) => [0, 1, 2, 3].map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
+    step: (f, i, emit, ks = [0, 1, 2, 3]) => ks.map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(64)))],
     // after the loop p points at the tail
     tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
@@ -517,16 +519,15 @@ function srcBF16(gen: Gen, base: number, stride: number): RowSource {
   return {
     stepCols: 16,
     init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
-    step: (f, i, emit) => {
+    step: (f, i, emit, ks = [0, 1, 2, 3]) => {
+      // accumulators 0, 1 take the first 8 columns of the step (v), 2, 3 the next 8 (u)
       const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
-      return [
-        set(v, v128.load(get(f.local(`p${i}`, I32)))),
-        set(u, v128.load(get(f.local(`p${i}`, I32)), 16)),
-        emit(0, i32x4.shl(get(v), i32.const(16))),
-        emit(1, v128.and(get(v), get(hi16))),
-        emit(2, i32x4.shl(get(u), i32.const(16))),
-        emit(3, v128.and(get(u), get(hi16))),
+      const half = (h: number, r: number): Code[] => [
+        set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
+        ...(ks.includes(2 * h) ? [emit(2 * h, i32x4.shl(get(r), i32.const(16)))] : []),
+        ...(ks.includes(2 * h + 1) ? [emit(2 * h + 1, v128.and(get(r), get(hi16)))] : []),
       ];
+      return [...(ks.some((k) => k < 2) ? half(0, v) : []), ...(ks.some((k) => k >= 2) ? half(1, u) : [])];
     },
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
     tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
@@ -538,33 +539,58 @@ function srcBF16(gen: Gen, base: number, stride: number): RowSource {
 function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>> {
   const mm1: Partial<Record<Fmt, Fn>> = {};
   for (const fmt of FMTS) {
+    const kind = ROWS[fmt];
+    const perm = MM_PERM[fmt];
+    const inPlace = kind === 'f32' || kind === 'bf16';
+    /** Rows [r0, r1) (nr = 1), or the groups of rows j + i*qd, i < nr, for j in [r0, r0 + qd). */
+    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[]): Fn => {
+      const f = gen.fnx(`${name}_${fmt}`, nr === 1 ? MM_PARAMS : { ...MM_PARAMS, qd: I32 }, null, false);
+      const P = (n: string) => get(f.p(n));
+      const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
+      const rowb = f.local('rowb', I32), j = f.local('j', I32), jend = f.local('jend', I32);
+      f.prologue.push(
+        set(colsb, i32.shl(P('cols'), i32.const(2))),
+        set(rowb, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
+      );
+      const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
+      const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
+      const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
+      f.body = [
+        set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
+        set(j, P('r0')),
+        forLt(j, jend, 1,
+          // a stored row used in place, or one decoded into scratch
+          ...(inPlace
+            ? [set(stride, nr === 1 ? get(rowb) : i32.mul(P('qd'), get(rowb))), set(base, addp(P('w'), i32.mul(get(j), get(rowb))))]
+            : [drop(call(reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(j), P('scratch'))), set(base, P('scratch'))]),
+          set(t, i32.const(0)),
+          forLt(t, f.p('T'), 1, ...rowsBody(f, perm, nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
+      ];
+      return f;
+    };
+    const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
+    if (!inPlace) {
+      mm1[fmt] = one;
+      continue;
+    }
+    // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: several streams from memory. Their
+    // loop makes two passes over lane groups (accumulators 0, 1, then 2, 3): 8 live accumulators
+    // instead of 16 (V8 spilled most of them), the rows' bytes in L1 for the second pass. A
+    // function of its own, as V8 allocates registers per function. Decoded rows (mxfp4, ...) are
+    // bound by the decoding, not by memory: 4 of them at a time measured 20-40% slower.
+    const group = rowFn('mm1g', MM1_ROWS, [[0, 1], [2, 3]]);
     const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));
-    const perm = MM_PERM[fmt];
-    const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
-    f.prologue.push(set(colsb, i32.shl(P('cols'), i32.const(2))));
-    const kind = ROWS[fmt];
-    const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
-    const decFn = kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!;
-    const tiles: Code[] = [
-      set(t, i32.const(0)),
-      forLt(t, f.p('T'), 1,
-        ...tileBody(f, perm, 1, src, get(f.local('r', I32)), addp(P('x'), i32.mul(get(t), get(colsb))), get(colsb),
-          (j) => addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), get(f.local('r', I32))), i32.const(2))), 't1_')),
+    const qd = f.local('qd', I32);
+    const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+    f.body = [
+      set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_ROWS))),
+      if_(i32.ge_u(get(qd), i32.const(MM1_MIN_DIST)), [
+        call(reg(group), ...args(P('r0')), get(qd)),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(MM1_ROWS))))),
+      ], [call(reg(one), ...args(P('r0')))]),
     ];
-    f.body = rowLoop(f, (r) => [
-      ...(kind === 'f32' || kind === 'bf16'
-        ? [
-          set(stride, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
-          set(base, addp(P('w'), i32.mul(get(r), get(stride)))),
-        ]
-        : [
-          drop(call(reg(decFn), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(r), P('scratch'))),
-          set(base, P('scratch')),
-        ]),
-      ...tiles,
-    ]);
   }
   return mm1;
 }
