@@ -83,8 +83,8 @@ function sameBytes(a: Float32Array, b: Float32Array, what: string): void {
   assert.fail(`${what}: first difference at ${i}: fast ${a[i]} ref ${b[i]}`);
 }
 
-// 33 and 70 rows: the single-token path walks 4 rows side by side (rows r, r+q, r+2q, r+3q,
-// q = rows/4 when at least MM1_MIN_DIST), then the rest one by one
+// 17, 33 and 70 rows: the single-token path walks stored rows in pairs far apart (rows j and
+// j+q, q = rows/2 when at least MM1_MIN_DIST), then the rest one by one
 const SHAPES: Record<WeightFormat, [number, number][]> = {
   f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7], [70, 64]],
   bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64]],

@@ -67,13 +67,18 @@ export const TILE_ROWS = 2;
  *  runs the single-token dot, which measured as fast or faster for T < 4). */
 export const TILE_MIN_T = 4;
 /** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
- *  between them: rows j, j+q, j+2q, j+3q for j in [r0, r0+q) of a range of n rows, q = n/4 when
- *  at least MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why:
- *  memory streams. Measured on Zen 3, 2048-column bf16 rows streamed from DRAM, one thread: one
- *  row 6.2-6.8 GB/s; 2 rows far apart 7.5; 4 far apart 8.7 (a plain Wasm read loop: 8-9.6 with
- *  one stream, 10-11 with four); 4 rows 1 or 2 apart 6.5-6.9, 2 adjacent 5.2 (slower than one:
- *  neighbouring pages look like one stream to the prefetcher). */
-export const MM1_ROWS = 4;
+ *  between them: rows j and j+q for j in [r0, r0+q) of a range of n rows, q = n/2 when at least
+ *  MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why: memory
+ *  streams. Measured on Zen 3, one thread, GB/s of 2048-column bf16 rows streamed from DRAM (640
+ *  MB) / from L3 (one 8 MB matrix again and again), medians of alternating runs:
+ *    one row at a time                        6.9-7.8 / 8.0-13.4
+ *    2 rows far apart, two lane-group passes  8.3-9.4 / 11.4-17.1   <- this
+ *    2 far, one pass (8 accumulators)         4.8-6.8 / 9.1-12.0
+ *    4 far, two passes                        7.2-7.9 / 7.0-7.9
+ *    4 far, four passes                       7.6-9.5 / 8.7-9.2
+ *  (a plain Wasm read loop: 8-9.6 with one stream, 10-11 with four; rows 1 or 2 apart instead
+ *  of far apart were slower than one row: neighbouring pages look like one stream). */
+export const MM1_ROWS = 2;
 export const MM1_MIN_DIST = 8;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
@@ -573,11 +578,11 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
       mm1[fmt] = one;
       continue;
     }
-    // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: several streams from memory. Their
-    // loop makes two passes over lane groups (accumulators 0, 1, then 2, 3): 8 live accumulators
-    // instead of 16 (V8 spilled most of them), the rows' bytes in L1 for the second pass. A
-    // function of its own, as V8 allocates registers per function. Decoded rows (mxfp4, ...) are
-    // bound by the decoding, not by memory: 4 of them at a time measured 20-40% slower.
+    // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: two streams from memory. Their loop
+    // makes two passes over lane groups (accumulators 0, 1, then 2, 3), the rows' bytes in L1 for
+    // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). A function of
+    // its own, as V8 allocates registers per function. Decoded rows (mxfp4, ...) are bound by the
+    // decoding, not by memory: 4 of them at a time measured 20-40% slower.
     const group = rowFn('mm1g', MM1_ROWS, [[0, 1], [2, 3]]);
     const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
