@@ -738,7 +738,7 @@ function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>): void {
   // optional fast path (q8.ts): mm_mxfp4 with sdt = Q8_SDT runs it instead
   const { fnx, K, opts, fns } = gen;
   const mmq8 = addQ8(fnx, K, opts.relaxed);
-  const mmq7 = addQ7(fnx, K, opts.relaxed);
+  const mmq7 = addQ7(fnx, K, opts.relaxed, MM1_MIN_DIST);
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));

@@ -36,7 +36,7 @@
 // Integer sums are exact, so both variants give the same i32 and the same bytes.
 
 import { q8Bytes, quantizeBlocks, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, splat32 } from './q8.js';
-import { type Code, Fn, I32, F32, V128, assemble, get, set, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
+import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
 type ConstLocal = (f: Fn, b: Uint8Array) => number;
@@ -146,91 +146,134 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
  * mmq7(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; w the q7 bytes,
  * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.)
  */
-export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
-  const f = fnx('mmq7', { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 }, null, false);
+/** `minDist`: the least distance of paired rows (kernels.ts MM1_MIN_DIST). */
+export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: number): Fn {
+  const params: Record<string, typeof I32> = { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 };
+  const one = q7Rows(fnx('mmq7r', params, null, false), K, relaxed, 1);
+  // One token: rows in pairs far apart (j and j+qd), two streams from memory, as the exact
+  // single-token path does (kernels.ts MM1_ROWS); each row's sums as alone. A function of its
+  // own (V8 allocates registers per function).
+  const pairs = q7Rows(fnx('mmq7p', { ...params, qd: I32 }, null, false), K, relaxed, 2);
+  const f = fnx('mmq7', params, null, false);
+  const P = (n: string): Code => get(f.p(n));
+  const qd = f.local('qd', I32);
+  const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+  f.body = [
+    set(qd, i32.shr_u(i32.sub(P('r1'), P('r0')), i32.const(1))),
+    set(qd, select(get(qd), i32.const(0), i32.and(i32.eq(P('T'), i32.const(1)), i32.ge_u(get(qd), i32.const(minDist))))),
+    block(br_if(0, i32.eqz(get(qd))), call(pairs.index, ...args(P('r0')), get(qd))),
+    call(one.index, ...args(i32.add(P('r0'), i32.shl(get(qd), i32.const(1))))),
+  ];
+  return f;
+}
+
+/** The body of f: rows [r0, r1) one at a time, all T tokens (nr = 1); or (nr = 2, T = 1) rows j
+ *  and j + qd side by side for j in [r0, r0 + qd). */
+function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
   const P = (n: string): Code => get(f.p(n));
   const zero = K(f, splat32(0));
   const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
-  const r = L('r'), t = L('t'), nb = L('nb'), G = L('G'), wrow = L('wrow'), srow = L('srow');
-  const p = L('p'), e = L('e'), g = L('g'), dbase = L('dbase'), cbase = L('cbase');
+  const t = L('t'), nb = L('nb'), G = L('G');
+  const g = L('g'), dbase = L('dbase'), cbase = L('cbase');
   const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
   const acc = f.local('acc', F32), u = f.local('u', F32);
   const wl = L('wl', V128), wh = L('wh', V128), bs = L('bs', V128), sw = L('sw', V128);
   const TTMAX = 4;
   const per = (n: string, ty: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, ty));
-  const qk = per('q'), dk = per('dp'), ck = per('cp'), lanes = per('lanes', V128);
+  const qk = per('q'), dk = per('dp'), ck = per('cp');
+  const sq = per('sq'), sd = per('sd'), sc = per('sc');
   const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
   const u01 = per('u01', V128), u23 = per('u23', V128);
+  /** A row being dotted: its index, weight and scale pointers, and its lanes per token. */
+  interface Row { r: number; wrow: number; srow: number; p: number; e: number; lanes: number[] }
+  const R: Row[] = Array.from({ length: nr }, (_, i) => ({
+    r: L(`r${i}`), wrow: L(`wrow${i}`), srow: L(`srow${i}`), p: L(`p${i}`), e: L(`e${i}`),
+    lanes: Array.from({ length: TTMAX }, (_, k) => L(`lanes${i}_${k}`, V128)),
+  }));
   /** i32x4 of partial sums of q_x (q_w + 64) of block j (weights in wl, wh) for the token at a. */
   const dot = (a: number, j: number): Code => relaxed
     ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(wh), relaxedDotAdd(v128.load(get(a), 32 * j), get(wl), get(zero)))
     : i32x4.add(
       extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a), 32 * j)), extmulHi(get(wl), v128.load(get(a), 32 * j)))),
       extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 32 * j + 16)), extmulHi(get(wh), v128.load(get(a), 32 * j + 16)))));
-  const load = (j: number, at: number = p): Code[] => [set(wl, v128.load(get(at), 32 * j)), set(wh, v128.load(get(at), 32 * j + 16))];
+  const load = (j: number, at: number): Code[] => [set(wl, v128.load(get(at), 32 * j)), set(wh, v128.load(get(at), 32 * j + 16))];
   const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
   const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
-  /** Tokens t .. t + TT - 1 of row r: each weight block is loaded once for the TT tokens. */
+  /** Tokens t .. t + TT - 1 of the rows: each weight block is loaded once for the TT tokens. */
   const tokens = (TT: number): Code[] => {
     const ks = Array.from({ length: TT }, (_, k) => k);
     return [
-      set(p, get(wrow)), set(e, get(srow)),
+      ...R.flatMap((w) => [set(w.p, get(w.wrow)), set(w.e, get(w.srow)), ...ks.map((k) => set(w.lanes[k]!, get(zero)))]),
       ...ks.flatMap((k) => [
         set(qk[k]!, i32.add(P('x'), i32.mul(i32.add(get(t), i32.const(k)), P('cols')))),
         set(dk[k]!, i32.add(get(dbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
         set(ck[k]!, i32.add(get(cbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
-        set(lanes[k]!, get(zero)),
       ]),
       set(g, i32.const(0)),
       block(loop(br_if(1, i32.ge_u(get(g), get(G))),
-        ...load(0), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
-        ...load(1), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
-        ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
-        ...load(2), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
-        ...load(3), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
-        ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
-        set(sw, v128.load(get(e))),
+        ...R.flatMap((w) => [
+          ...load(0, w.p), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
+          ...load(1, w.p), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
+          ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
+          ...load(2, w.p), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
+          ...load(3, w.p), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
+          ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
+          set(sw, v128.load(get(w.e))),
+          ...ks.flatMap((k) => [
+            // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
+            set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
+            set(w.lanes[k]!, f32x4.add(get(w.lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
+          ]),
+          set(w.p, i32.add(get(w.p), i32.const(128))), set(w.e, i32.add(get(w.e), i32.const(16))),
+        ]),
         ...ks.flatMap((k) => [
-          // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
-          set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
-          set(lanes[k]!, f32x4.add(get(lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
           set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
         ]),
-        set(p, i32.add(get(p), i32.const(128))), set(e, i32.add(get(e), i32.const(16))),
         set(g, i32.add(get(g), i32.const(4))), br(0))),
-      ...ks.flatMap((k) => [
-        set(acc, f32.add(f32.add(fl(get(lanes[k]!), 0), fl(get(lanes[k]!), 1)), f32.add(fl(get(lanes[k]!), 2), fl(get(lanes[k]!), 3)))),
-        // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
-        set(g2, get(g)), set(p2, get(p)), set(e2, get(e)),
-        block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
-          ...load(0, p2),
-          set(bs, dot(qk[k]!, 0)),
-          set(u, f32.mul(f32.convert_i32_s(
-            i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
-              i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
-          f32.mul(f32.load(get(dk[k]!)), f32.load(get(e2))))),
-          set(acc, f32.add(get(acc), get(u))),
-          set(p2, i32.add(get(p2), i32.const(32))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
-          set(e2, i32.add(get(e2), i32.const(4))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
-          set(g2, i32.add(get(g2), i32.const(1))), br(0))),
-        f32.store(i32.add(P('y'), i32.shl(i32.add(i32.mul(i32.add(get(t), i32.const(k)), P('rows')), get(r)), i32.const(2))), get(acc)),
+      // the tokens' pointers at the tail blocks, for each row's tail
+      ...(nr > 1 ? ks.flatMap((k) => [set(sq[k]!, get(qk[k]!)), set(sd[k]!, get(dk[k]!)), set(sc[k]!, get(ck[k]!))]) : []),
+      ...R.flatMap((w, i) => [
+        ...(i > 0 ? ks.flatMap((k) => [set(qk[k]!, get(sq[k]!)), set(dk[k]!, get(sd[k]!)), set(ck[k]!, get(sc[k]!))]) : []),
+        ...ks.flatMap((k) => [
+          set(acc, f32.add(f32.add(fl(get(w.lanes[k]!), 0), fl(get(w.lanes[k]!), 1)), f32.add(fl(get(w.lanes[k]!), 2), fl(get(w.lanes[k]!), 3)))),
+          // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
+          set(g2, get(g)), set(p2, get(w.p)), set(e2, get(w.e)),
+          block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
+            ...load(0, p2),
+            set(bs, dot(qk[k]!, 0)),
+            set(u, f32.mul(f32.convert_i32_s(
+              i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
+                i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
+            f32.mul(f32.load(get(dk[k]!)), f32.load(get(e2))))),
+            set(acc, f32.add(get(acc), get(u))),
+            set(p2, i32.add(get(p2), i32.const(32))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
+            set(e2, i32.add(get(e2), i32.const(4))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
+            set(g2, i32.add(get(g2), i32.const(1))), br(0))),
+          f32.store(i32.add(P('y'), i32.shl(i32.add(i32.mul(i32.add(get(t), i32.const(k)), P('rows')), get(w.r)), i32.const(2))), get(acc)),
+        ]),
       ]),
     ];
   };
+  const j = L('j'), jend = L('jend');
+  const rowPtrs = (w: Row, r: Code): Code[] => [
+    set(w.r, r),
+    set(w.wrow, i32.add(P('w'), i32.mul(get(w.r), P('cols')))),
+    set(w.srow, i32.add(P('s'), i32.shl(i32.mul(get(w.r), get(nb)), i32.const(2)))),
+  ];
   f.body = [
     set(nb, i32.shr_u(P('cols'), i32.const(5))),
     set(G, i32.and(get(nb), i32.const(-4))),
     set(dbase, i32.add(P('x'), i32.mul(P('T'), P('cols')))),
     set(cbase, i32.add(get(dbase), i32.shl(i32.mul(P('T'), get(nb)), i32.const(2)))),
-    set(r, P('r0')),
-    block(loop(br_if(1, i32.ge_u(get(r), P('r1'))),
-      set(wrow, i32.add(P('w'), i32.mul(get(r), P('cols')))),
-      set(srow, i32.add(P('s'), i32.shl(i32.mul(get(r), get(nb)), i32.const(2)))),
+    set(j, P('r0')),
+    set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
+    block(loop(br_if(1, i32.ge_u(get(j), get(jend))),
+      ...R.flatMap((w, i) => rowPtrs(w, i === 0 ? get(j) : i32.add(get(j), P('qd')))),
       set(t, i32.const(0)),
-      ...[4, 2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
+      ...(nr === 1 ? [4, 2, 1] : [1]).map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
         ...tokens(TT),
         set(t, i32.add(get(t), i32.const(TT))), br(0)))),
-      set(r, i32.add(get(r), i32.const(1))), br(0))),
+      set(j, i32.add(get(j), i32.const(1))), br(0))),
   ];
   return f;
 }
