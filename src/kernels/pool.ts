@@ -16,7 +16,11 @@
 // until DONE reaches the dispatch's total, not for every worker to check in: a worker that wakes
 // late finds nothing left and leaves. Before it rewrites the live area the main thread closes SEQ
 // and waits until no worker is inside (ACTIVE = 0). Workers spin on SEQ for SPIN_US.worker, then
-// sleep in Atomics.wait.
+// sleep in Atomics.wait, counted in SLEEPERS: the main thread notifies only when that count is
+// not zero (a notify costs ~10 µs even with nobody waiting; sequentially consistent atomics make
+// the count and SEQ a Dekker pair: a worker counted after the main thread looked sees the new SEQ
+// in Atomics.wait and does not sleep). The main thread's sleep on DONE is flagged the same way
+// (DONE_SLEEPER) for whoever finishes the last piece.
 
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
@@ -34,6 +38,10 @@ const ERROR = 5;
 const TOTAL = 6;
 /** Workers inside the live dispatch. */
 const ACTIVE = 7;
+/** Workers asleep (or about to be) in Atomics.wait on SEQ: the only ones a notify is for. */
+const SLEEPERS = 8;
+/** 1 while the main thread sleeps (or is about to) in Atomics.wait on DONE. */
+const DONE_SLEEPER = 9;
 const OPS = 16; // first op word of the staging area (written by the caller)
 export const OP_WORDS = 16;
 /** Ops one dispatch can hold: their staging words, live words and one claim word each (the next
@@ -76,13 +84,14 @@ const FUSED: Record<number, [string, number]> = {
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
- *  the workers before sleeping. Spinning avoids a futex wake-up (tens of microseconds) between
- *  the many small dispatches of a decode step, at the cost of a busy core meanwhile. A worker that
- *  sleeps through the start of a dispatch costs little since the rows are claimed (it joins late,
- *  or finds nothing left), so it spins 200 µs: A/B on k3-medium decode at 2 threads (AMD EPYC),
- *  200 µs was as fast as 1 ms (10.2-10.6 vs 8.7-10.2 tok/s) and as 50 µs, and leaves the core sooner
- *  to whatever else runs (another model, the garbage collector). */
-export const SPIN_US = { worker: 200, main: 1000 };
+ *  the workers before sleeping. Spinning avoids a futex wake-up between the many small dispatches
+ *  of a decode step, at the cost of a busy core meanwhile. Measured on k3-medium decode at 2
+ *  threads (AMD EPYC Zen 3, a VM): with 200 µs the worker slept before 36-40 of the 78 pooled
+ *  dispatches of a token (the gaps of JavaScript between some of them are longer), and each of
+ *  those notifies cost the main thread ~40 µs, the worker joining later still; with 2 ms it slept
+ *  before 1-2, and a token took 100-109 ms instead of 117-122. After a forward the worker keeps
+ *  its core 2 ms more, then sleeps. */
+export const SPIN_US = { worker: 2000, main: 1000 };
 
 /** Spin until ctrl[i] !== v or `us` microseconds pass; returns the last value read. */
 function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
@@ -195,7 +204,7 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
         err ??= e;
         Atomics.store(ctrl, ERROR, 1);
       }
-      if (Atomics.add(ctrl, DONE, b - a) + (b - a) === total) Atomics.notify(ctrl, DONE);
+      if (Atomics.add(ctrl, DONE, b - a) + (b - a) === total && Atomics.load(ctrl, DONE_SLEEPER) !== 0) Atomics.notify(ctrl, DONE);
     }
   }
   return err;
@@ -284,6 +293,8 @@ export class Pool {
     const ctrl = new Int32Array(memory.buffer, 0, CTRL_BYTES / 4);
     Atomics.store(ctrl, SEQ, 0);
     Atomics.store(ctrl, QUIT, 0);
+    Atomics.store(ctrl, SLEEPERS, 0);
+    Atomics.store(ctrl, DONE_SLEEPER, 0);
     const workers: Worker[] = [];
     const ready: Promise<void>[] = [];
     for (let tid = 1; tid < threads; tid++) {
@@ -331,7 +342,7 @@ export class Pool {
     c[NTHREADS] = nth;
     const total = stage(c, nops);
     Atomics.add(c, SEQ, 1); // odd: published
-    Atomics.notify(c, SEQ);
+    if (Atomics.load(c, SLEEPERS) !== 0) Atomics.notify(c, SEQ);
     const err = runClaims(this.ex, c, this.mainScratch, 0);
     const tw = this.timed ? performance.now() : 0;
     for (;;) {
@@ -339,7 +350,9 @@ export class Pool {
       if (d >= total) break;
       d = spinWhile(c, DONE, d, this.spinUs);
       if (d >= total) break;
+      Atomics.store(c, DONE_SLEEPER, 1);
       if (d === Atomics.load(c, DONE)) Atomics.wait(c, DONE, d, 100);
+      Atomics.store(c, DONE_SLEEPER, 0);
     }
     if (this.timed) this.waitMs += performance.now() - tw;
     if (err) throw err;
@@ -369,7 +382,9 @@ function workerMain(init: WorkerInit): void {
       const v = s;
       s = spinWhile(ctrl, SEQ, v, init.spinUs);
       if (s === v) {
+        Atomics.add(ctrl, SLEEPERS, 1);
         Atomics.wait(ctrl, SEQ, v);
+        Atomics.sub(ctrl, SLEEPERS, 1);
         s = Atomics.load(ctrl, SEQ);
       }
     }
