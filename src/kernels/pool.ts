@@ -43,6 +43,8 @@ const SLEEPERS = 8;
 /** 1 while the main thread sleeps (or is about to) in Atomics.wait on DONE. */
 const DONE_SLEEPER = 9;
 const OPS = 16; // first op word of the staging area (written by the caller)
+/** The staging area's first word (benches that record and replay dispatches: bench/glue.ts). */
+export const STAGING_WORD = OPS;
 export const OP_WORDS = 16;
 /** Ops one dispatch can hold: their staging words, live words and one claim word each (the next
  *  row or head to take). */
