@@ -26,11 +26,11 @@ const { values } = parseArgs({
 const TOKENS = Number(values.tokens), BLOCKS = Number(values.blocks), FLUSH_MIB = Number(values['flush-mib']);
 
 /** Pool.run, wrapped: its time is counted, an optional hook runs after each call, and calls can be recorded. */
-interface Recorded { ctrl: Int32Array; words: Int32Array; nops: number; nth: number; pool: Pool }
+interface Recorded { words: Int32Array; nops: number; nth: number; pool: Pool }
 const inner = Pool.prototype.run;
 const hooks = { inRun: 0, after: null as (() => void) | null, record: null as Recorded[] | null };
 Pool.prototype.run = function (this: Pool, nops: number, nth: number): void {
-  if (hooks.record) hooks.record.push({ ctrl: this.ctrl, words: this.ctrl.slice(STAGING_WORD, STAGING_WORD + nops * OP_WORDS), nops, nth, pool: this });
+  if (hooks.record) hooks.record.push({ words: this.ctrl.slice(STAGING_WORD, STAGING_WORD + nops * OP_WORDS), nops, nth, pool: this });
   const t0 = performance.now();
   try {
     inner.call(this, nops, nth);
@@ -77,7 +77,7 @@ function replay(calls: Recorded[], nth: number): number {
   for (let r = 0; r < BLOCKS; r++) {
     const t0 = performance.now();
     for (const c of calls) {
-      c.ctrl.set(c.words, STAGING_WORD);
+      c.pool.ctrl.set(c.words, STAGING_WORD);
       inner.call(c.pool, c.nops, Math.min(c.nth, nth));
     }
     ms.push(performance.now() - t0);
@@ -87,8 +87,9 @@ function replay(calls: Recorded[], nth: number): number {
 
 const dir = values.model ?? (await synthCheckpoint({ arch: 'k3', preset: 'k3-medium', out: path.join(ROOT, 'models', 'bench', 'k3-medium-mxfp4') })).dir;
 console.log(`== ${dir}: decode after an 8-token prompt, ${BLOCKS} blocks of ${TOKENS} tokens (medians) ==`);
-const rows: { threads: number; token: number; outside: number; alone: number }[] = [];
-let alone1 = 0, alone2 = 0;
+const rows: { threads: number; token: number; outside: number }[] = [];
+/** Kernels alone at 1 and 2 threads (both replayed on the 2-thread model). */
+const alone = [0, 0];
 for (const threads of [1, 2]) {
   const d = await decoder(dir, threads);
   const m = await measure(d.step);
@@ -100,19 +101,17 @@ for (const threads of [1, 2]) {
       return true;
     });
     hooks.record = null;
-    alone1 = replay(calls, 1);
-    alone2 = replay(calls, 2);
+    alone[0] = replay(calls, 1);
+    alone[1] = replay(calls, 2);
     console.log(`(kernels alone: the ${calls.length} matmul dispatches among the ${all.length} pooled runs of one token, replayed on the 2-thread model at 1 and 2 threads)`);
   }
-  rows.push({ threads, ...m, alone: 0 });
+  rows.push({ threads, ...m });
   await d.model.close();
 }
-rows[0]!.alone = alone1;
-rows[1]!.alone = alone2;
 console.log('| threads | ms/token | outside Pool.run | kernels alone (matmul dispatches) |');
 console.log('| ---: | ---: | ---: | ---: |');
-for (const r of rows) console.log(`| ${r.threads} | ${r.token.toFixed(1)} | ${r.outside.toFixed(1)} | ${r.alone.toFixed(1)} |`);
-console.log(`scaling 1 -> 2 threads: token ${(rows[0]!.token / rows[1]!.token).toFixed(2)}x, kernels alone ${(alone1 / alone2).toFixed(2)}x`);
+for (const r of rows) console.log(`| ${r.threads} | ${r.token.toFixed(1)} | ${r.outside.toFixed(1)} | ${alone[r.threads - 1]!.toFixed(1)} |`);
+console.log(`scaling 1 -> 2 threads: token ${(rows[0]!.token / rows[1]!.token).toFixed(2)}x, kernels alone ${(alone[0]! / alone[1]!).toFixed(2)}x`);
 
 // The same JavaScript on a tiny model, warm and with the L3 flushed after every dispatch.
 const tiny = path.join(ROOT, 'test', 'fixtures', 'golden', 'k3');

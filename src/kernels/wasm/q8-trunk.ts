@@ -144,9 +144,9 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
 
 /**
  * mmq7(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; w the q7 bytes,
- * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.)
+ * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.) `minDist`: the
+ * least distance of paired rows (kernels.ts MM1_MIN_DIST).
  */
-/** `minDist`: the least distance of paired rows (kernels.ts MM1_MIN_DIST). */
 export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: number): Fn {
   const params: Record<string, typeof I32> = { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 };
   const one = q7Rows(fnx('mmq7r', params, null, false), K, relaxed, 1);
