@@ -11,6 +11,7 @@ import { writeMatmulOp } from '../src/kernels/pool.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
+import { gatedActRef, type ActKind } from '../src/kernels/wasm/act.js';
 
 // deterministic PRNG (xorshift32)
 const rnd = xorshift(0x9e3779b9);
@@ -338,5 +339,54 @@ test('a piece that fails (out-of-bounds weights) fails the dispatch on any threa
     sameBytes(y, want, 'after the failures');
   } finally {
     await k.close();
+  }
+});
+
+test('gatedMlpBatch: one chained dispatch (barriers between gate/up, activations, layout, down) == the products and activations one dispatch each, bytes', async () => {
+  // 4 threads on 2 cores: the phases' pieces land on different threads from run to run
+  const k4 = await createKernels({ threads: 4, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1 });
+  try {
+    // (gate/up format, down format, inner rows, cols, T): odd inner widths pad the activation units;
+    // T = 1 rows (permuted for bf16 / mxfp4, in place for f32 / fp8), T = 5 and 64 token tiles
+    const shapes: [WeightFormat, WeightFormat, number, number, number][] = [
+      ['mxfp4', 'mxfp4', 64, 128, 1], ['bf16', 'bf16', 37, 96, 1], ['int4', 'int4', 33, 64, 5], ['f32', 'fp8', 19, 64, 3],
+      ['mxfp4', 'mxfp4', 96, 64, 64], ['fp8', 'f32', 130, 128, 1], ['bf16', 'mxfp4', 64, 96, 2],
+    ];
+    const items = shapes.map(([gu, dn, I, D, T]) => ({ gate: makeWeight(gu, I, D), up: makeWeight(gu, I, D), down: makeWeight(dn, D, I), x: randX(T * D), T }));
+    const acts: [ActKind, number, number | null][] = [['silu', 1, null], ['situ', 3, null], ['situ', 3, 8]];
+    for (const k of [k1, k2, k2s, k4]) {
+      for (const fast of [false, true]) {
+        k.fastMxfp4 = fast;
+        for (const [kind, b, bl] of acts) {
+          // one dispatch per step, as ops.ts did before the chain
+          const g = items.map((it) => new Float32Array(it.T * it.gate.rows)), u = items.map((it) => new Float32Array(it.T * it.up.rows));
+          k.matmulBatch(items.flatMap((it, i) => [{ w: it.gate, x: it.x, T: it.T, y: g[i]! }, { w: it.up, x: it.x, T: it.T, y: u[i]! }]));
+          const h = items.map((it) => new Float32Array(it.T * it.gate.rows));
+          k.gatedActBatch(items.map((_, i) => ({ gate: g[i]!, up: u[i]!, out: h[i]! })), kind, b, bl);
+          const want = items.map((it) => new Float32Array(it.T * it.down.rows));
+          k.matmulBatch(items.map((it, i) => ({ w: it.down, x: h[i]!, T: it.T, y: want[i]! })));
+          for (let rep = 0; rep < (k === k4 ? 4 : 1); rep++) {
+            const ys = items.map((it) => new Float32Array(it.T * it.down.rows).fill(NaN));
+            k.gatedMlpBatch(items.map((it, i) => ({ ...it, y: ys[i]! })), kind, b, bl);
+            items.forEach((it, i) => sameBytes(ys[i]!, want[i]!, `${it.gate.name}/${it.down.name} T=${it.T} ${kind} fast=${fast} threads=${k.threads}`));
+          }
+        }
+      }
+      k.fastMxfp4 = false;
+    }
+    // the exact path is the reference's bytes too
+    const [kind, b, bl] = acts[2]!;
+    for (const it of items) {
+      const g = new Float32Array(it.T * it.gate.rows), u = new Float32Array(g.length), h = new Float32Array(g.length), want = new Float32Array(it.T * it.down.rows);
+      ref.matmul(it.gate, it.x, it.T, g);
+      ref.matmul(it.up, it.x, it.T, u);
+      gatedActRef(g, u, h, kind, b, bl);
+      ref.matmul(it.down, h, it.T, want);
+      const y = new Float32Array(want.length);
+      k2.gatedMlpBatch([{ ...it, y }], kind, b, bl);
+      sameBytes(y, want, `${it.gate.name} vs reference`);
+    }
+  } finally {
+    await k4.close();
   }
 });

@@ -4,7 +4,7 @@
 // uses a group of kernel instances, each with its own memory and workers; a weight is computed
 // by the instance whose memory it lives in.
 
-import { createKernels, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
+import { createKernels, type GatedMlpOp, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
@@ -109,7 +109,7 @@ export class KernelGroup {
   }
 }
 
-export type { KdaBlockArgs, MatmulOp } from './fast.js';
+export type { GatedMlpOp, KdaBlockArgs, MatmulOp } from './fast.js';
 /** The exp and sigmoid the fused KDA block computes with (wasm/act.ts), for its reference in src/model. */
 export { expRef, sigmoidRef } from './wasm/act.js';
 
@@ -228,6 +228,21 @@ export class Compute {
     const g = this.kernels;
     if (g) g.members[0]!.gatedActBatch(items, kind, b, bl);
     else for (const { gate, up, out } of items) gatedActRef(gate, up, out, kind, b, bl);
+  }
+
+  /**
+   * Gated MLPs in one chained dispatch (Kernels.gatedMlpBatch) when every weight lies in one
+   * member's memory; false (nothing done) otherwise, and the caller runs them product by product.
+   * Same bytes either way.
+   */
+  gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): boolean {
+    const g = this.kernels;
+    if (!g || items.length === 0) return false;
+    const k = g.owner(items[0]!.gate);
+    if (!k) return false;
+    for (const it of items) if (!k.contains(it.gate.data) || !k.contains(it.up.data) || !k.contains(it.down.data)) return false;
+    k.gatedMlpBatch(items, kind, b, bl);
+    return true;
   }
 
   /**

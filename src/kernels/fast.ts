@@ -28,7 +28,7 @@ import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, 
 import { q8Bytes, Q8_LAYOUT } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, ACT_OPS } from './pool.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, OP_PREP, OP_BARRIER, ACT_OPS } from './pool.js';
 import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
 import { formatMiB } from '../util/format.js';
 import { depthSoftmax } from './ref.js';
@@ -124,6 +124,25 @@ interface Prep {
   cols: number;
   T: number;
   off: number;
+}
+
+/** How a product's kernel reads its activations (Kernels.layoutOf). */
+interface Layout {
+  layout: number;
+  tiled: boolean;
+  perm: 'id' | 'bf';
+  q8: boolean;
+  q7: boolean;
+}
+
+/** One gated MLP of a batch: y [T, down.rows] = down · act(gate · x, up · x), x [T, gate.cols]. */
+export interface GatedMlpOp {
+  gate: WeightView;
+  up: WeightView;
+  down: WeightView;
+  x: Float32Array;
+  T: number;
+  y: Float32Array;
 }
 
 /** An output computed in the arena at `off`, copied to `y` (rows [r0, r1) of each token) after the dispatch. */
@@ -442,6 +461,45 @@ export class Kernels {
     return r.offset;
   }
 
+  /** How a product of R with T tokens wants its activations (wasm/kernels.ts): token tiles from
+   *  TILE_MIN_T tokens on, else rows; permuted or not; or 8-bit blocks (q8 experts, q7 trunk). */
+  private layoutOf(R: Resolved, T: number): Layout {
+    const tiled = T >= TILE_MIN_T;
+    const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
+    const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
+    const q7 = R.sdt === Q7_SDT;
+    return { layout: q8 ? 4 : q7 ? 5 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0), tiled, perm, q8, q7 };
+  }
+
+  /** x [T, R.cols] prepared for R's kernel on the calling thread, once per (array, layout): its offset. */
+  private stageX(preps: Prep[], xa: Float32Array, T: number, R: Resolved): number {
+    const L = this.layoutOf(R, T);
+    for (const p of preps) if (p.x === xa && p.layout === L.layout && p.cols === R.cols && p.T === T) return p.off;
+    const x = L.q8 ? this.prepQ8(xa, T, R.cols) : L.q7 ? this.prepQ8T(xa, T, R.cols) : this.prepX(xa, T, R.cols, L.perm, L.tiled);
+    preps.push({ x: xa, layout: L.layout, cols: R.cols, T, off: x });
+    return x;
+  }
+
+  /**
+   * The same preparation of x [T, R.cols] at `src` (in this memory), as an OP_PREP in slot i of
+   * a chained dispatch: returns [where the prepared x will be, whether an op was written]. Plain
+   * rows need none (the kernel reads src itself).
+   */
+  private stagePrepOp(i: number, src: number, T: number, R: Resolved): [number, boolean] {
+    const L = this.layoutOf(R, T), cols = R.cols, n = T * cols;
+    if (!L.q8 && !L.q7 && !L.tiled && L.perm === 'id') return [src, false];
+    if (L.q8 || L.q7) {
+      if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
+      const o = L.q8 ? Q8_ACT : Q8T_ACT;
+      const dst = this.alloc(L.q8 ? q8Bytes(T, cols) : q8tBytes(T, cols), 64).offset;
+      writeFusedOp(this.ctrl, i, OP_PREP, [2, src, dst, T, cols, o.interleave, o.scaleBits, o.offset], 0, 1);
+      return [dst, true];
+    }
+    const dst = this.alloc(n * 4).offset;
+    writeFusedOp(this.ctrl, i, OP_PREP, L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [0, src, dst, T, cols, 0, 0, 0], 0, 1);
+    return [dst, true];
+  }
+
   private threadsFor(macs: number): number {
     return Math.max(1, Math.min(this.pool.size, Math.floor(macs / this.minWork)));
   }
@@ -483,27 +541,15 @@ export class Kernels {
         if (!(Number.isInteger(T) && T >= 0)) throw new RangeError(`bad T ${T}`);
         if (!(0 <= r0 && r0 <= r1 && r1 <= R.rows)) throw new RangeError(`bad row range [${r0}, ${r1}) of ${R.rows}`);
         if (op.y.length < T * R.rows) throw new RangeError(`output: ${op.y.length} values, need ${T * R.rows}`);
-        // the kernels take T >= TILE_MIN_T as token tiles (see wasm/kernels.ts, tiled path)
-        const tiled = T >= TILE_MIN_T;
-        const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
-        const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
-        const q7 = R.sdt === Q7_SDT;
         if (R.fmt === 'mxfp4' || R.fmt === 'int4') experts = true;
-        const layout = q8 ? 4 : q7 ? 5 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0);
-        let x = -1;
-        for (const p of preps) if (p.x === op.x && p.layout === layout && p.cols === R.cols && p.T === T) x = p.off;
-        if (x < 0) {
-          x = q8 ? this.prepQ8(op.x, T, R.cols) : q7 ? this.prepQ8T(op.x, T, R.cols) : this.prepX(op.x, T, R.cols, perm, tiled);
-          preps.push({ x: op.x, layout, cols: R.cols, T, off: x });
-        }
-
+        const x = this.stageX(preps, op.x, T, R);
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
         else {
           y = this.allocOffset(T * R.rows * 4);
           copies.push({ y: op.y, off: y, T, rows: R.rows, r0, r1 });
         }
-        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, q8 ? Q8_SDT : R.sdt, R.rows, R.cols, x, T, y, r0, r1);
+        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, this.fastMxfp4 && R.fmt === 'mxfp4' ? Q8_SDT : R.sdt, R.rows, R.cols, x, T, y, r0, r1);
         macs += (r1 - r0) * R.cols * T;
       }
       if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');
@@ -811,6 +857,97 @@ export class Kernels {
         out.set(res.subarray(at, at + n));
         at += (n + 3) & ~3;
       }
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /**
+   * Gated MLPs y = down · act(gate · x, up · x), all in one chained dispatch: the gate and up
+   * products, a barrier, the activations, a barrier, the down products' activations laid out
+   * (OP_PREP) and a barrier, then the down products. The intermediates stay in the arena, and no
+   * JavaScript runs between the steps. Each step is the same kernel on the same numbers as
+   * matmulBatch, gatedActBatch and matmulBatch one after another, so the same bytes.
+   */
+  gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): void {
+    // per item 4 ops (gate, up, prep, down), and 4 barriers and the activations' op in all
+    const most = Math.floor((this.maxOps - 5) / 4);
+    if (items.length > most) {
+      for (let i = 0; i < items.length; i += most) this.gatedMlpBatch(items.slice(i, i + most), kind, b, bl);
+      return;
+    }
+    const p = this.prof;
+    if (p) this.timedCall(() => this.gatedMlpBatchUntimed(items, kind, b, bl, p));
+    else this.gatedMlpBatchUntimed(items, kind, b, bl, null);
+  }
+
+  private gatedMlpBatchUntimed(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null, p: KernelProfile | null): void {
+    if (items.length === 0) return;
+    const m = this.mark();
+    try {
+      const R = items.map((it) => {
+        const g = this.resolve(it.gate), u = this.resolve(it.up), d = this.resolve(it.down);
+        if (u.rows !== g.rows || u.cols !== g.cols || d.cols !== g.rows) throw new RangeError(`gated MLP: gate ${g.rows}x${g.cols}, up ${u.rows}x${u.cols}, down ${d.rows}x${d.cols}`);
+        if (!(Number.isInteger(it.T) && it.T >= 0)) throw new RangeError(`bad T ${it.T}`);
+        if (it.y.length < it.T * d.rows) throw new RangeError(`output: ${it.y.length} values, need ${it.T * d.rows}`);
+        return { g, u, d };
+      });
+      // gate and up outputs back to back, each padded to 4 elements (the activation's unit)
+      const at: number[] = [];
+      let n4 = 0;
+      items.forEach((it, k) => {
+        at.push(n4);
+        n4 += (it.T * R[k]!.g.rows + 3) & ~3;
+      });
+      const r = this.alloc(16 + 12 * n4, 16);
+      const buf = this.mem;
+      const pars = new Float64Array(buf, r.offset, 2);
+      pars[0] = b;
+      pars[1] = bl ?? 1;
+      const go = r.offset + 16, uo = go + 4 * n4, oo = uo + 4 * n4;
+      const gu = new Float32Array(buf, go, 2 * n4);
+      items.forEach((it, k) => {
+        const n = it.T * R[k]!.g.rows, end = k + 1 < items.length ? at[k + 1]! : n4;
+        gu.fill(0, at[k]! + n, end);
+        gu.fill(0, n4 + at[k]! + n, n4 + end);
+      });
+      const preps: Prep[] = [];
+      const copies: OutCopy[] = [];
+      let macs = n4 * 32, experts = false, i = 0;
+      const ctrl = this.ctrl;
+      items.forEach((it, k) => {
+        for (const [W, y] of [[R[k]!.g, go], [R[k]!.u, uo]] as const) {
+          if (W.fmt === 'mxfp4' || W.fmt === 'int4') experts = true;
+          writeMatmulOp(ctrl, i++, FMT_CODE[W.fmt], W.w, W.s, this.layoutOf(W, it.T).q8 ? Q8_SDT : W.sdt, W.rows, W.cols, this.stageX(preps, it.x, it.T, W), it.T, y + 4 * at[k]!, 0, W.rows);
+          macs += W.rows * W.cols * it.T;
+        }
+      });
+      writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
+      writeFusedOp(ctrl, i++, OP_ACT, [kind === 'silu' ? 0 : bl === null ? 1 : 2, go, uo, oo, r.offset], 0, n4 / 4);
+      writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
+      let prepped = false;
+      const xs = items.map((it, k) => {
+        const [x, op] = this.stagePrepOp(i, oo + 4 * at[k]!, it.T, R[k]!.d);
+        if (op) i++;
+        prepped ||= op;
+        return x;
+      });
+      if (prepped) writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
+      items.forEach((it, k) => {
+        const D = R[k]!.d, T = it.T;
+        if (D.fmt === 'mxfp4' || D.fmt === 'int4') experts = true;
+        let y: number;
+        if (this.contains(it.y)) y = it.y.byteOffset;
+        else {
+          y = this.allocOffset(T * D.rows * 4);
+          copies.push({ y: it.y, off: y, T, rows: D.rows, r0: 0, r1: D.rows });
+        }
+        writeMatmulOp(ctrl, i++, FMT_CODE[D.fmt], D.w, D.s, this.layoutOf(D, T).q8 ? Q8_SDT : D.sdt, D.rows, D.cols, xs[k]!, T, y, 0, D.rows);
+        macs += D.rows * D.cols * T;
+      });
+      if (p) this.runPool(i, this.threadsFor(macs), experts ? 'experts' : 'matmul');
+      else this.pool.run(i, this.threadsFor(macs));
+      for (const c of copies) c.y.set(new Float32Array(this.mem, c.off, c.T * c.rows));
     } finally {
       this.release(m);
     }

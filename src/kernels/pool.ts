@@ -73,6 +73,15 @@ export const ACT_OPS = [ACT_FNS.silu, ACT_FNS.situ, ACT_FNS.situ_bl] as const;
 /** Attention Residuals (wasm/fused.ts attnres_scores / attnres_sum), split by tokens. */
 export const OP_ATTNRES_SCORES = 7;
 export const OP_ATTNRES_SUM = 8;
+/** Activations laid out for a matmul inside a chained dispatch (`Kernels.gatedMlpBatch`): words
+ *  fn (index into PREP_FNS), then its arguments (src, dst, T, cols, and tilex's perm or q8_act's
+ *  interleave, scale bits, offset); one unit, [0, 1) in words 14, 15: the calling thread's prepX
+ *  (or quantizeActs) on one array, run by whichever thread claims it. */
+export const OP_PREP = 9;
+export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act'] as const;
+/** A barrier: the ops after it start only when every op before it is done (a chained dispatch:
+ *  one publish, one wake-up, no JavaScript between dependent steps). No range, no words. */
+export const OP_BARRIER = 10;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -83,6 +92,8 @@ const FUSED: Record<number, [string, number]> = {
   [OP_ACT]: ['', 5],
   [OP_ATTNRES_SCORES]: ['attnres_scores', 6],
   [OP_ATTNRES_SUM]: ['attnres_sum', 5],
+  [OP_PREP]: ['', 8],
+  [OP_BARRIER]: ['', 0],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
@@ -114,6 +125,7 @@ interface Bound {
   mm: ((...a: number[]) => number)[];
   mvT: ((...a: number[]) => number)[];
   act: ((...a: number[]) => number)[];
+  prep: ((...a: number[]) => number)[];
   fused: Record<number, (...a: number[]) => number>;
 }
 const bound = new WeakMap<KernelExports, Bound>();
@@ -123,7 +135,7 @@ function bind(ex: KernelExports): Bound {
   if (!b) {
     const fused: Record<number, (...a: number[]) => number> = {};
     for (const [k, [fn]] of Object.entries(FUSED)) if (fn) fused[Number(k)] = ex[fn]!;
-    b = { mm: FMTS.map((f) => ex[`mm_${f}`]!), mvT: FMTS.map((f) => ex[`mvT_${f}`]!), act: ACT_OPS.map((f) => ex[f]!), fused };
+    b = { mm: FMTS.map((f) => ex[`mm_${f}`]!), mvT: FMTS.map((f) => ex[`mvT_${f}`]!), act: ACT_OPS.map((f) => ex[f]!), prep: PREP_FNS.map((f) => ex[f]!), fused };
     bound.set(ex, b);
   }
   return b;
@@ -154,6 +166,11 @@ function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number
     }
   } else if (kind === OP_ACT) {
     B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
+  } else if (kind === OP_PREP) {
+    const fn = ctrl[o + 1]!;
+    if (fn === 0) B.prep[0]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!);
+    else if (fn === 1) B.prep[1]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!);
+    else B.prep[2]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!);
   } else {
     // fused op: its arguments, then the head range
     const nargs = FUSED[kind]![1];
@@ -180,17 +197,38 @@ function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: numb
 
 /** Claim and run pieces of the live ops until none is left, adding each finished piece to DONE
  *  (a failed one too, so nobody waits for it: the first error is returned after the rest).
- *  Thread `tid` starts at op tid·nops/nth and wraps around: in a dispatch of unlike products
- *  (the shared expert's rows, bound by memory bandwidth, next to routed experts, bound by
- *  arithmetic) the threads start on different kinds and overlap them; each op is still claimed
- *  to its end, so which thread runs a row never matters. */
+ *  The ops come in phases separated by OP_BARRIER: a thread leaves a phase only when all of its
+ *  rows are done (DONE has reached the phase's end), so a phase may read what the ones before it
+ *  wrote. Within a phase, thread `tid` starts at op tid·n/nth of its n ops and wraps around: in a
+ *  dispatch of unlike products (the shared expert's rows, bound by memory bandwidth, next to
+ *  routed experts, bound by arithmetic) the threads start on different kinds and overlap them;
+ *  each op is still claimed to its end, so which thread runs a row never matters. */
 function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: number): unknown {
   const B = bind(ex);
-  const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!, total = ctrl[TOTAL]!;
-  const first = Math.floor((tid * nops) / nth);
+  const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!;
   let err: unknown = null;
-  for (let j = 0; j < nops; j++) {
-    const i = first + j < nops ? first + j : first + j - nops;
+  let end = 0; // DONE once every phase so far is finished
+  for (let p0 = 0; p0 < nops;) {
+    let p1 = p0;
+    while (p1 < nops && ctrl[LIVE + p1 * OP_WORDS] !== OP_BARRIER) {
+      const r = rangeWord(ctrl, LIVE + p1 * OP_WORDS);
+      end += Math.max(0, ctrl[r + 1]! - ctrl[r]!);
+      p1++;
+    }
+    err = runPhase(B, ctrl, scratch, tid, nth, p0, p1) ?? err;
+    if (p1 < nops) while (Atomics.load(ctrl, DONE) < end) { /* spin: the other threads' last pieces of this phase */ }
+    p0 = p1 + 1;
+  }
+  return err;
+}
+
+/** runClaims for the ops [p0, p1) of one phase. */
+function runPhase(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
+  const n = p1 - p0, total = ctrl[TOTAL]!;
+  const first = Math.floor((tid * n) / nth);
+  let err: unknown = null;
+  for (let j = 0; j < n; j++) {
+    const i = p0 + (first + j < n ? first + j : first + j - n);
     const o = LIVE + i * OP_WORDS;
     const kind = ctrl[o]!;
     const mm = kind === OP_MATMUL;

@@ -2,7 +2,7 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import type { Compute, MatmulOp } from '../kernels/dispatch.js';
+import type { Compute, GatedMlpOp, MatmulOp } from '../kernels/dispatch.js';
 import type { GatedMats, Mat } from '../store/mat.js';
 
 const fr = Math.fround;
@@ -130,9 +130,27 @@ export interface GatedMlpItem {
   T: number;
 }
 
-/** gatedMlp of each item, in three dispatches (gate and up products, activations, down products); each output what gatedMlp alone gives. */
+/** gatedMlp of each item: in one chained dispatch when every weight is in kernel memory now
+ *  (Compute.gatedMlpBatch), else in three (gate and up products, activations, down products);
+ *  each output what gatedMlp alone gives. */
 export async function gatedMlpMany(c: Compute, items: readonly GatedMlpItem[], act: Activation): Promise<Float32Array[]> {
+  const chained = chainedMlps(c, items, act);
+  if (chained) return chained;
   const gu = await linearMany(c, items.flatMap(({ w, x, T }) => [{ m: w.gate, x, T }, { m: w.up, x, T }]));
   const h = gatedActMany(c, items.map((_, k) => [gu[2 * k]!, gu[2 * k + 1]!] as const), act);
   return linearMany(c, items.map(({ w, T }, k) => ({ m: w.down, x: h[k]!, T })));
+}
+
+/** gatedMlpMany in one dispatch, or null when some weight is not a resident view in one kernel memory. */
+function chainedMlps(c: Compute, items: readonly GatedMlpItem[], act: Activation): Float32Array[] | null {
+  if (!c.group) return null;
+  const ops: GatedMlpOp[] = [];
+  const ys = carve(items.map(({ w, T }) => T * w.down.rows));
+  for (let k = 0; k < items.length; k++) {
+    const { w, x, T } = items[k]!;
+    const gate = w.gate.now?.(), up = w.up.now?.(), down = w.down.now?.();
+    if (!gate || !up || !down) return null;
+    ops.push({ gate, up, down, x, T, y: ys[k]! });
+  }
+  return c.gatedMlpBatch(ops, act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null) ? ys : null;
 }
