@@ -10,6 +10,7 @@ import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
 import { GiB, MiB } from '../util/format.js';
 import type { KernelProfile } from './profile.js';
+import type { Chain } from './chain.js';
 
 export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from './profile.js';
 
@@ -231,14 +232,35 @@ export class Compute {
   }
 
   /**
+   * A chained dispatch (chain.ts) on the member whose memory holds every weight view and array
+   * given; null without one (the caller then dispatches step by step; the same bytes).
+   */
+  chainFor(views: readonly WeightView[], arrays: readonly Float32Array[] = []): Chain | null {
+    const g = this.kernels;
+    const k = !g ? null : views.length ? g.owner(views[0]!) : arrays.length ? g.ownerOf(arrays[0]!) : null;
+    if (!k) return null;
+    for (const v of views) if (!k.contains(v.data)) return null;
+    for (const a of arrays) if (!k.contains(a)) return null;
+    return k.chain();
+  }
+
+  /**
+   * The constant vectors `vs` (a layer's KDA taps, dt_bias, o_norm) in the kernel memory that
+   * holds `near` (the state), placed once as kdaBlock places them; null when `near` is in none.
+   * Call it before a chain begins: a chain frees what is allocated after its start.
+   */
+  placedNear(near: Float32Array, vs: readonly Float32Array[]): Float32Array[] | null {
+    const kk = this.kernels?.ownerOf(near);
+    return kk ? vs.map((v) => this.resident(kk, v)) : null;
+  }
+
+  /**
    * Gated MLPs in one chained dispatch (Kernels.gatedMlpBatch) when every weight lies in one
    * member's memory; false (nothing done) otherwise, and the caller runs them product by product.
    * Same bytes either way.
    */
   gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): boolean {
-    const g = this.kernels;
-    if (!g || items.length === 0) return false;
-    const k = g.owner(items[0]!.gate);
+    const k = items.length ? this.kernels?.owner(items[0]!.gate) : null;
     if (!k) return false;
     for (const it of items) if (!k.contains(it.gate.data) || !k.contains(it.up.data) || !k.contains(it.down.data)) return false;
     k.gatedMlpBatch(items, kind, b, bl);

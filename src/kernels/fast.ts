@@ -28,11 +28,14 @@ import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, 
 import { q8Bytes, Q8_LAYOUT } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
-import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, OP_PREP, OP_BARRIER, ACT_OPS } from './pool.js';
-import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64 } from './wasm/kda-block.js';
+import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, OP_PREP, ACT_OPS } from './pool.js';
+import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64, type KdaBlockArgs } from './wasm/kda-block.js';
+import { Chain, type ChainPort } from './chain.js';
 import { formatMiB } from '../util/format.js';
 import { depthSoftmax } from './ref.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
+
+export type { KdaBlockArgs } from './wasm/kda-block.js';
 
 const PAGE = 65536;
 // Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the
@@ -57,35 +60,6 @@ export interface KernelsOptions {
   /** Column tiles of the fused kernels (tuning; see wasm/fused.ts). */
   kdaTile?: number;
   wsumTile?: number;
-}
-
-/** Arguments of Kernels.kdaBlock (see wasm/kda-block.ts for the numbers). */
-export interface KdaBlockArgs {
-  S: Float32Array;
-  conv: Float32Array;
-  work: Float32Array;
-  qr: Float32Array;
-  kr: Float32Array;
-  vr: Float32Array;
-  zOrAlpha: Float32Array;
-  b: Float32Array;
-  gamma: Float32Array;
-  y: Float32Array;
-  qConv: Float32Array;
-  kConv: Float32Array;
-  vConv: Float32Array;
-  dtBias: Float32Array;
-  /** exp(A_log) per head, in double. */
-  A: Float64Array;
-  oNorm: Float32Array;
-  H: number;
-  d: number;
-  W: number;
-  T: number;
-  mode: 'bounded' | 'given';
-  eps: number;
-  lambda: number;
-  qScale: number;
 }
 
 /** A region of kernel memory. */
@@ -481,23 +455,24 @@ export class Kernels {
   }
 
   /**
-   * The same preparation of x [T, R.cols] at `src` (in this memory), as an OP_PREP in slot i of
-   * a chained dispatch: returns [where the prepared x will be, whether an op was written]. Plain
-   * rows need none (the kernel reads src itself).
+   * The same preparation of x [T, R.cols] at `src` (in this memory) for a chained dispatch: where
+   * the prepared x will be, and the writer of its OP_PREP (null: plain rows, which the kernel
+   * reads at src itself).
    */
-  private stagePrepOp(i: number, src: number, T: number, R: Resolved): [number, boolean] {
-    const L = this.layoutOf(R, T), cols = R.cols, n = T * cols;
-    if (!L.q8 && !L.q7 && !L.tiled && L.perm === 'id') return [src, false];
+  private stagePrepOp(src: number, T: number, R: Resolved): [number, ((slot: number) => void) | null] {
+    const L = this.layoutOf(R, T), cols = R.cols, n = T * cols, ctrl = this.ctrl;
+    if (!L.q8 && !L.q7 && !L.tiled && L.perm === 'id') return [src, null];
+    let dst: number, args: number[];
     if (L.q8 || L.q7) {
       if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
       const o = L.q8 ? Q8_ACT : Q8T_ACT;
-      const dst = this.alloc(L.q8 ? q8Bytes(T, cols) : q8tBytes(T, cols), 64).offset;
-      writeFusedOp(this.ctrl, i, OP_PREP, [2, src, dst, T, cols, o.interleave, o.scaleBits, o.offset], 0, 1);
-      return [dst, true];
+      dst = this.alloc(L.q8 ? q8Bytes(T, cols) : q8tBytes(T, cols), 64).offset;
+      args = [2, src, dst, T, cols, o.interleave, o.scaleBits, o.offset];
+    } else {
+      dst = this.alloc(n * 4).offset;
+      args = L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [0, src, dst, T, cols, 0, 0, 0];
     }
-    const dst = this.alloc(n * 4).offset;
-    writeFusedOp(this.ctrl, i, OP_PREP, L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [0, src, dst, T, cols, 0, 0, 0], 0, 1);
-    return [dst, true];
+    return [dst, (slot) => writeFusedOp(ctrl, slot, OP_PREP, args, 0, 1)];
   }
 
   private threadsFor(macs: number): number {
@@ -684,40 +659,47 @@ export class Kernels {
   }
 
   private kdaBlockImpl(a: KdaBlockArgs): void {
+    const m = this.mark();
+    try {
+      const P = a.H * a.d;
+      const yIn = this.contains(a.y);
+      const y = yIn ? a.y : this.allocF32(a.T * P);
+      const { pb, macs } = this.kdaParams({ ...a, y });
+      this.runFused(OP_KDA_BLOCK, 'kda_block', [pb], a.H, macs);
+      if (!yIn) a.y.set(y);
+    } finally {
+      this.release(m);
+    }
+  }
+
+  /** The KDA block's parameter block in the arena (inputs outside kernel memory copied in; y in it): its offset, and the work it is. */
+  private kdaParams(a: KdaBlockArgs): { pb: number; macs: number } {
     const { H, d, W, T } = a;
     const P = H * d;
     if (!this.contains(a.S) || !this.contains(a.conv) || !this.contains(a.work)) throw new RangeError('kdaBlock: the state must lie in kernel memory');
     if (a.S.length < P * d || a.conv.length < 3 * (W - 1) * P || a.work.length < 5 * P + H) throw new RangeError('kdaBlock: state too small');
     if (a.A.length < H) throw new RangeError('kdaBlock: A too short');
-    const m = this.mark();
-    try {
-      const pb = this.alloc(KDA_BLOCK_BYTES + 8 * H, 16).offset;
-      const buf = this.mem;
-      const w: Record<(typeof KDA_BLOCK_WORDS)[number], number> = {
-        S: a.S.byteOffset, conv: a.conv.byteOffset, work: a.work.byteOffset,
-        qr: this.f32In(a.qr, T * P, 'kda qr'), kr: this.f32In(a.kr, T * P, 'kda kr'), vr: this.f32In(a.vr, T * P, 'kda vr'),
-        z: this.f32In(a.zOrAlpha, T * P, 'kda z'), b: this.f32In(a.b, T * H, 'kda b'), gamma: this.f32In(a.gamma, T * P, 'kda gamma'),
-        y: 0,
-        qConv: this.f32In(a.qConv, P * W, 'kda qConv'), kConv: this.f32In(a.kConv, P * W, 'kda kConv'), vConv: this.f32In(a.vConv, P * W, 'kda vConv'),
-        dtBias: this.f32In(a.dtBias, P, 'kda dtBias'), A: pb + KDA_BLOCK_BYTES, oNorm: this.f32In(a.oNorm, d, 'kda oNorm'),
-        d, H, W, T, mode: a.mode === 'bounded' ? 1 : 0,
-      };
-      if (a.y.length < T * P) throw new RangeError(`kda y: ${a.y.length} values, need ${T * P}`);
-      const yIn = this.contains(a.y);
-      w.y = yIn ? a.y.byteOffset : this.alloc(T * P * 4).offset;
-      const words = new Int32Array(buf, pb, KDA_BLOCK_WORDS.length);
-      KDA_BLOCK_WORDS.forEach((k, i) => (words[i] = w[k]));
-      const f = new Float64Array(buf, pb, KDA_BLOCK_BYTES / 8 + H);
-      f[KDA_BLOCK_F64.eps / 8] = a.eps;
-      f[KDA_BLOCK_F64.lambda / 8] = a.lambda;
-      f[KDA_BLOCK_F64.qScale / 8] = a.qScale;
-      f.set(a.A.subarray(0, H), KDA_BLOCK_BYTES / 8);
-      // work per head and token: the delta rule's 2·d² plus the element-wise pieces (~8 exps per channel)
-      this.runFused(OP_KDA_BLOCK, 'kda_block', [pb], H, T * (2 * P * d + 64 * P));
-      if (!yIn) a.y.set(new Float32Array(this.mem, w.y, T * P));
-    } finally {
-      this.release(m);
-    }
+    if (a.y.length < T * P) throw new RangeError(`kda y: ${a.y.length} values, need ${T * P}`);
+    const pb = this.alloc(KDA_BLOCK_BYTES + 8 * H, 16).offset;
+    const w: Record<(typeof KDA_BLOCK_WORDS)[number], number> = {
+      S: a.S.byteOffset, conv: a.conv.byteOffset, work: a.work.byteOffset,
+      qr: this.f32In(a.qr, T * P, 'kda qr'), kr: this.f32In(a.kr, T * P, 'kda kr'), vr: this.f32In(a.vr, T * P, 'kda vr'),
+      z: this.f32In(a.zOrAlpha, T * P, 'kda z'), b: this.f32In(a.b, T * H, 'kda b'), gamma: this.f32In(a.gamma, T * P, 'kda gamma'),
+      y: a.y.byteOffset,
+      qConv: this.f32In(a.qConv, P * W, 'kda qConv'), kConv: this.f32In(a.kConv, P * W, 'kda kConv'), vConv: this.f32In(a.vConv, P * W, 'kda vConv'),
+      dtBias: this.f32In(a.dtBias, P, 'kda dtBias'), A: pb + KDA_BLOCK_BYTES, oNorm: this.f32In(a.oNorm, d, 'kda oNorm'),
+      d, H, W, T, mode: a.mode === 'bounded' ? 1 : 0,
+    };
+    const buf = this.mem;
+    const words = new Int32Array(buf, pb, KDA_BLOCK_WORDS.length);
+    KDA_BLOCK_WORDS.forEach((k, i) => (words[i] = w[k]));
+    const f = new Float64Array(buf, pb, KDA_BLOCK_BYTES / 8 + H);
+    f[KDA_BLOCK_F64.eps / 8] = a.eps;
+    f[KDA_BLOCK_F64.lambda / 8] = a.lambda;
+    f[KDA_BLOCK_F64.qScale / 8] = a.qScale;
+    f.set(a.A.subarray(0, H), KDA_BLOCK_BYTES / 8);
+    // work per head and token: the delta rule's 2·d² plus the element-wise pieces (~8 exps per channel)
+    return { pb, macs: T * (2 * P * d + 64 * P) };
   }
 
   /**
@@ -863,93 +845,68 @@ export class Kernels {
   }
 
   /**
-   * Gated MLPs y = down · act(gate · x, up · x), all in one chained dispatch: the gate and up
-   * products, a barrier, the activations, a barrier, the down products' activations laid out
-   * (OP_PREP) and a barrier, then the down products. The intermediates stay in the arena, and no
-   * JavaScript runs between the steps. Each step is the same kernel on the same numbers as
-   * matmulBatch, gatedActBatch and matmulBatch one after another, so the same bytes.
+   * A chained dispatch on this instance (chain.ts): steps of products and fused ops run in one
+   * publish, a barrier between steps; run() it, read its outputs, then done().
    */
-  gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): void {
-    // per item 4 ops (gate, up, prep, down), and 4 barriers and the activations' op in all
-    const most = Math.floor((this.maxOps - 5) / 4);
-    if (items.length > most) {
-      for (let i = 0; i < items.length; i += most) this.gatedMlpBatch(items.slice(i, i + most), kind, b, bl);
-      return;
-    }
-    const p = this.prof;
-    if (p) this.timedCall(() => this.gatedMlpBatchUntimed(items, kind, b, bl, p));
-    else this.gatedMlpBatchUntimed(items, kind, b, bl, null);
+  chain(): Chain {
+    return new Chain(this.port);
   }
 
-  private gatedMlpBatchUntimed(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null, p: KernelProfile | null): void {
-    if (items.length === 0) return;
-    const m = this.mark();
+  private portMade: ChainPort | null = null;
+
+  private get port(): ChainPort {
+    return (this.portMade ??= {
+      ctrl: this.ctrl,
+      maxOps: this.maxOps,
+      mem: () => this.mem,
+      mark: () => this.mark(),
+      release: (m) => this.release(m),
+      allocOffset: (bytes, alignment) => this.allocOffset(bytes, alignment),
+      contains: (a) => this.contains(a),
+      mat: (w, T) => {
+        const R = this.resolve(w);
+        return { fmtCode: FMT_CODE[R.fmt], w: R.w, s: R.s, sdt: this.layoutOf(R, T).q8 ? Q8_SDT : R.sdt, rows: R.rows, cols: R.cols, experts: R.fmt === 'mxfp4' || R.fmt === 'int4' };
+      },
+      stageNow: (seen, x, T, w) => this.stageX(seen as Prep[], x, T, this.resolve(w)),
+      stageOp: (src, T, w) => this.stagePrepOp(src, T, this.resolve(w)),
+      kdaParams: (a) => this.kdaParams(a),
+      threadsFor: (macs) => this.threadsFor(macs),
+      run: (nops, nth, bucket) => {
+        if (this.prof) this.runPool(nops, nth, bucket);
+        else this.pool.run(nops, nth);
+      },
+      timed: (fn) => this.timedCall(fn),
+    });
+  }
+
+  /**
+   * Gated MLPs y = down · act(gate · x, up · x) in one chained dispatch: the gate and up
+   * products, the activations, the down products, each a step of the chain; the same bytes as
+   * matmulBatch, gatedActBatch and matmulBatch one after another.
+   */
+  gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): void {
+    const ch = this.chain();
     try {
-      const R = items.map((it) => {
-        const g = this.resolve(it.gate), u = this.resolve(it.up), d = this.resolve(it.down);
-        if (u.rows !== g.rows || u.cols !== g.cols || d.cols !== g.rows) throw new RangeError(`gated MLP: gate ${g.rows}x${g.cols}, up ${u.rows}x${u.cols}, down ${d.rows}x${d.cols}`);
-        if (!(Number.isInteger(it.T) && it.T >= 0)) throw new RangeError(`bad T ${it.T}`);
-        if (it.y.length < it.T * d.rows) throw new RangeError(`output: ${it.y.length} values, need ${it.T * d.rows}`);
-        return { g, u, d };
-      });
       // gate and up outputs back to back, each padded to 4 elements (the activation's unit)
       const at: number[] = [];
       let n4 = 0;
-      items.forEach((it, k) => {
+      for (const it of items) {
+        if (it.up.rows !== it.gate.rows || it.up.cols !== it.gate.cols || it.down.cols !== it.gate.rows) throw new RangeError(`gated MLP: gate ${it.gate.rows}x${it.gate.cols}, up ${it.up.rows}x${it.up.cols}, down ${it.down.rows}x${it.down.cols}`);
         at.push(n4);
-        n4 += (it.T * R[k]!.g.rows + 3) & ~3;
-      });
-      const r = this.alloc(16 + 12 * n4, 16);
-      const buf = this.mem;
-      const pars = new Float64Array(buf, r.offset, 2);
-      pars[0] = b;
-      pars[1] = bl ?? 1;
-      const go = r.offset + 16, uo = go + 4 * n4, oo = uo + 4 * n4;
-      const gu = new Float32Array(buf, go, 2 * n4);
+        n4 += (it.T * it.gate.rows + 3) & ~3;
+      }
+      const g = ch.alloc(n4).fill(0), u = ch.alloc(n4).fill(0);
       items.forEach((it, k) => {
-        const n = it.T * R[k]!.g.rows, end = k + 1 < items.length ? at[k + 1]! : n4;
-        gu.fill(0, at[k]! + n, end);
-        gu.fill(0, n4 + at[k]! + n, n4 + end);
+        const n = it.T * it.gate.rows;
+        ch.matmul(it.gate, it.x, it.T, g.subarray(at[k]!, at[k]! + n));
+        ch.matmul(it.up, it.x, it.T, u.subarray(at[k]!, at[k]! + n));
       });
-      const preps: Prep[] = [];
-      const copies: OutCopy[] = [];
-      let macs = n4 * 32, experts = false, i = 0;
-      const ctrl = this.ctrl;
-      items.forEach((it, k) => {
-        for (const [W, y] of [[R[k]!.g, go], [R[k]!.u, uo]] as const) {
-          if (W.fmt === 'mxfp4' || W.fmt === 'int4') experts = true;
-          writeMatmulOp(ctrl, i++, FMT_CODE[W.fmt], W.w, W.s, this.layoutOf(W, it.T).q8 ? Q8_SDT : W.sdt, W.rows, W.cols, this.stageX(preps, it.x, it.T, W), it.T, y + 4 * at[k]!, 0, W.rows);
-          macs += W.rows * W.cols * it.T;
-        }
-      });
-      writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
-      writeFusedOp(ctrl, i++, OP_ACT, [kind === 'silu' ? 0 : bl === null ? 1 : 2, go, uo, oo, r.offset], 0, n4 / 4);
-      writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
-      let prepped = false;
-      const xs = items.map((it, k) => {
-        const [x, op] = this.stagePrepOp(i, oo + 4 * at[k]!, it.T, R[k]!.d);
-        if (op) i++;
-        prepped ||= op;
-        return x;
-      });
-      if (prepped) writeFusedOp(ctrl, i++, OP_BARRIER, [], 0, 0);
-      items.forEach((it, k) => {
-        const D = R[k]!.d, T = it.T;
-        if (D.fmt === 'mxfp4' || D.fmt === 'int4') experts = true;
-        let y: number;
-        if (this.contains(it.y)) y = it.y.byteOffset;
-        else {
-          y = this.allocOffset(T * D.rows * 4);
-          copies.push({ y: it.y, off: y, T, rows: D.rows, r0: 0, r1: D.rows });
-        }
-        writeMatmulOp(ctrl, i++, FMT_CODE[D.fmt], D.w, D.s, this.layoutOf(D, T).q8 ? Q8_SDT : D.sdt, D.rows, D.cols, xs[k]!, T, y, 0, D.rows);
-        macs += D.rows * D.cols * T;
-      });
-      if (p) this.runPool(i, this.threadsFor(macs), experts ? 'experts' : 'matmul');
-      else this.pool.run(i, this.threadsFor(macs));
-      for (const c of copies) c.y.set(new Float32Array(this.mem, c.off, c.T * c.rows));
+      const h = ch.next().act(g, u, kind, b, bl);
+      ch.next();
+      items.forEach((it, k) => ch.matmul(it.down, h.subarray(at[k]!, at[k]! + it.T * it.gate.rows), it.T, it.y));
+      ch.run();
     } finally {
-      this.release(m);
+      ch.done();
     }
   }
 

@@ -21,6 +21,10 @@
 // the count and SEQ a Dekker pair: a worker counted after the main thread looked sees the new SEQ
 // in Atomics.wait and does not sleep). The main thread's sleep on DONE is flagged the same way
 // (DONE_SLEEPER) for whoever finishes the last piece.
+//
+// Steps. A dispatch may hold several steps separated by OP_BARRIER ops (a chained dispatch,
+// chain.ts): a thread leaves a step once DONE has reached the step's end, then claims in the
+// next, so a step may read what the steps before it wrote.
 
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';

@@ -5,6 +5,7 @@
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
 import type { Mat } from '../store/mat.js';
+import type { WeightView } from '../formats/weight.js';
 import { expRef, sigmoidRef, type Compute } from '../kernels/dispatch.js';
 import { linear, linearMany } from './ops.js';
 
@@ -179,19 +180,72 @@ export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Flo
   const H = p.heads;
   const d = p.headDim;
   const P = H * d;
+  const parts = 'S' in state ? [{ T, state }] : state;
+  const chained = kdaChained(c, p, w, x, T, parts);
+  if (chained) return chained;
   // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
   const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
   const [qr, kr, vr, fa, beta, g] = (await linearMany(c, [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
   const [z, gb] = await linearMany(c, [{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
   const gamma = gb ?? g!;
   const y = new Float32Array(T * P);
-  const parts = 'S' in state ? [{ T, state }] : state;
   let r0 = 0;
   for (const part of parts) {
     kdaRecurrence(c, p, w, { qr, kr, vr, z, beta, gamma }, r0, part.T, part.state, y);
     r0 += part.T;
   }
   return linear(c, w.o, y, T);
+}
+
+/**
+ * kdaForward in one chained dispatch (Compute.chainFor): the projections of x, the low-rank
+ * second halves, each part's KDA block, o_proj, a barrier between the steps; the same kernels on
+ * the same numbers as the dispatches below, so the same bytes. Null (nothing done) unless every
+ * weight is resident in one kernel memory with each part's state, the gate is K3's bounded one
+ * (Kimi Linear's softplus decay runs in JavaScript) and no speculative sweep is recording.
+ */
+function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, parts: readonly KdaPart[]): Float32Array | null {
+  if (p.gateLowerBound === null || !c.group) return null;
+  const states: Float32Array[] = [];
+  for (const { state } of parts) {
+    if (!state.work || state.sweep) return null;
+    states.push(state.S, state.conv, state.work);
+  }
+  const gate = w.gate, full = 'full' in gate;
+  const views = [w.q, w.k, w.v, w.fa, w.b, ...('full' in gate ? [gate.full, w.fb] : [gate.a, w.fb, gate.b]), w.o].map((m) => m.now?.() ?? null);
+  if (views.some((v) => !v)) return null;
+  // the layer's constants placed in kernel memory first (they outlive the chain)
+  const placed = c.placedNear(states[0]!, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm]);
+  const ch = placed && c.chainFor(views as WeightView[], [...states, ...placed]);
+  if (!ch) return null;
+  const [qConv, kConv, vConv, dtBias, oNorm] = placed as Float32Array[];
+  try {
+    const H = p.heads, d = p.headDim, P = H * d;
+    const [qr, kr, vr, fa, beta, g] = views.slice(0, 6).map((v) => ch.matmul(v!, x, T)) as Float32Array[];
+    ch.next();
+    const z = ch.matmul(views[6]!, fa!, T);
+    const gamma = full ? g! : ch.matmul(views[7]!, g!, T);
+    ch.next();
+    const y = ch.alloc(T * P);
+    const A = new Float64Array(H);
+    for (let h = 0; h < H; h++) A[h] = Math.exp(w.aLog[h]!);
+    let r0 = 0;
+    for (const { T: n, state } of parts) {
+      const rows = (a: Float32Array, m: number): Float32Array => a.subarray(r0 * m, (r0 + n) * m);
+      ch.kdaBlock({
+        S: state.S, conv: state.conv, work: state.work!,
+        qr: rows(qr!, P), kr: rows(kr!, P), vr: rows(vr!, P), zOrAlpha: rows(z, P), b: rows(beta!, H), gamma: rows(gamma, P), y: rows(y, P),
+        qConv, kConv, vConv, dtBias, A, oNorm,
+        H, d, W: p.convSize, T: n, mode: 'bounded', eps: p.eps, lambda: p.gateLowerBound, qScale: 1 / Math.sqrt(d),
+      });
+      r0 += n;
+    }
+    const out = ch.next().matmul(views.at(-1)!, y, T, new Float32Array(T * w.o.rows));
+    ch.run();
+    return out;
+  } finally {
+    ch.done();
+  }
 }
 
 /** Rows [r0, r0 + T) of the projections through conv, recurrence and gated norm, into y. */

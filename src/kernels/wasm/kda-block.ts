@@ -126,3 +126,32 @@ export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
       inc(h, i32.const(1)), br(0))),
   ];
 }
+
+/** Arguments of Kernels.kdaBlock (the numbers: this file's kernel). */
+export interface KdaBlockArgs {
+  S: Float32Array;
+  conv: Float32Array;
+  work: Float32Array;
+  qr: Float32Array;
+  kr: Float32Array;
+  vr: Float32Array;
+  zOrAlpha: Float32Array;
+  b: Float32Array;
+  gamma: Float32Array;
+  y: Float32Array;
+  qConv: Float32Array;
+  kConv: Float32Array;
+  vConv: Float32Array;
+  dtBias: Float32Array;
+  /** exp(A_log) per head, in double. */
+  A: Float64Array;
+  oNorm: Float32Array;
+  H: number;
+  d: number;
+  W: number;
+  T: number;
+  mode: 'bounded' | 'given';
+  eps: number;
+  lambda: number;
+  qScale: number;
+}

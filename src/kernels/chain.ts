@@ -1,0 +1,188 @@
+// A chained dispatch (issue 13: one dispatch per block rather than per product): the products
+// and fused steps of a block written as steps, each step reading what the steps before it wrote,
+// run in one publish of the pool with a barrier (OP_BARRIER) between steps. The intermediates
+// stay in the arena and no JavaScript runs between the steps, which after a weight stream is cold
+// and slow (bench/glue.ts). Every op is the kernel that runs alone, on the same inputs in the
+// same order, so a chain gives the bytes of the same calls made one dispatch each.
+//
+// Activations that lie in kernel memory are laid out for their product (permuted, in token tiles,
+// 8-bit blocks) by an OP_PREP at the start of the step that reads them, after the steps that
+// write them; activations outside kernel memory are copied and laid out when the op is added.
+
+import type { WeightView } from '../formats/weight.js';
+import type { ActKind } from './wasm/act.js';
+import type { KdaBlockArgs } from './wasm/kda-block.js';
+import { OP_ACT, OP_BARRIER, OP_KDA_BLOCK, writeFusedOp, writeMatmulOp } from './pool.js';
+import type { ProfileBucket } from './profile.js';
+
+/** A product's weight as the kernels address it (Kernels.resolve). */
+export interface ChainMat {
+  fmtCode: number;
+  w: number;
+  s: number;
+  sdt: number;
+  rows: number;
+  cols: number;
+  experts: boolean;
+}
+
+/** What a chain needs from its Kernels (their private state, lent as functions). */
+export interface ChainPort {
+  ctrl: Int32Array;
+  maxOps: number;
+  mem(): ArrayBufferLike;
+  mark(): number;
+  release(m: number): void;
+  allocOffset(bytes: number, alignment?: number): number;
+  contains(a: ArrayBufferView): boolean;
+  mat(w: WeightView, T: number): ChainMat;
+  /** x (outside kernel memory) copied in and laid out for w's product now, once per chain (`seen`, the port's own records): its offset. */
+  stageNow(seen: unknown[], x: Float32Array, T: number, w: WeightView): number;
+  /** The layout of x at `src` for w's product as an op in `slot` when one is needed: where it will be, and the op writer. */
+  stageOp(src: number, T: number, w: WeightView): [number, ((slot: number) => void) | null];
+  /** A KDA block's parameter block (Kernels.kdaBlock's arguments, y in kernel memory): its offset and work. */
+  kdaParams(a: KdaBlockArgs): { pb: number; macs: number };
+  threadsFor(macs: number): number;
+  run(nops: number, nth: number, bucket: ProfileBucket): void;
+  /** Time a whole call into the profile's dispatch bucket (as the other entry points do). */
+  timed(fn: () => void): void;
+}
+
+type Writer = (slot: number) => void;
+const BARRIER: Writer = () => {};
+
+export class Chain {
+  private readonly mark: number;
+  /** Per step: its layout ops, then its ops. */
+  private readonly steps: { preps: Writer[]; ops: Writer[] }[] = [{ preps: [], ops: [] }];
+  /** Layouts already staged in the current step (offset, T, cols, the weight's layout key). */
+  private stepPreps: { src: number; key: string; at: number }[] = [];
+  /** Outputs outside kernel memory, copied out after run(). */
+  private readonly copies: { y: Float32Array; off: number; n: number }[] = [];
+  /** Activations outside kernel memory laid out so far (the port's records). */
+  private readonly staged: unknown[] = [];
+  private macs = 0;
+  private experts = false;
+  private ran = false;
+
+  constructor(private readonly k: ChainPort) {
+    this.mark = k.mark();
+  }
+
+  /** Ops added after this may read what the ops before it write. */
+  next(): this {
+    if (this.cur.ops.length || this.cur.preps.length) this.steps.push({ preps: [], ops: [] });
+    this.stepPreps = [];
+    return this;
+  }
+
+  /** n floats in the arena, valid until done() (their contents are whatever the arena held). */
+  alloc(n: number): Float32Array {
+    const off = this.k.allocOffset(4 * n); // (first: it may grow the memory, and mem() then is the new buffer)
+    return new Float32Array(this.k.mem(), off, n);
+  }
+
+  /** y[t, r] = W[r, :] · x[t, :] (Kernels.matmul) into y (kernel memory in place, other arrays after run()) or a new arena array. */
+  matmul(w: WeightView, x: Float32Array, T: number, y?: Float32Array): Float32Array {
+    const R = this.k.mat(w, T);
+    if (x.length < T * R.cols) throw new RangeError(`activations: ${x.length} values, need ${T * R.cols}`);
+    let xo: number;
+    if (this.k.contains(x)) {
+      const key = `${T}:${R.cols}:${R.fmtCode}:${R.sdt}`;
+      const seen = this.stepPreps.find((p) => p.src === x.byteOffset && p.key === key);
+      if (seen) xo = seen.at;
+      else {
+        const [at, op] = this.k.stageOp(x.byteOffset, T, w);
+        if (op) this.cur.preps.push(op);
+        this.stepPreps.push({ src: x.byteOffset, key, at });
+        xo = at;
+      }
+    } else xo = this.k.stageNow(this.staged, x, T, w);
+    const n = T * R.rows;
+    const out = y ?? this.alloc(n);
+    if (out.length < n) throw new RangeError(`output: ${out.length} values, need ${n}`);
+    let yo: number;
+    if (this.k.contains(out)) yo = out.byteOffset;
+    else {
+      yo = this.k.allocOffset(4 * n);
+      this.copies.push({ y: out, off: yo, n });
+    }
+    const ctrl = this.k.ctrl;
+    this.cur.ops.push((slot) => writeMatmulOp(ctrl, slot, R.fmtCode, R.w, R.s, R.sdt, R.rows, R.cols, xo, T, yo, 0, R.rows));
+    this.macs += n * R.cols;
+    this.experts ||= R.experts;
+    return out;
+  }
+
+  /**
+   * out = act(gate, up) element-wise (Kernels.gatedActBatch) over arena arrays of a length that
+   * is a multiple of 4 (the kernel's unit): a new arena array.
+   */
+  act(gate: Float32Array, up: Float32Array, kind: ActKind, b: number, bl: number | null): Float32Array {
+    const n4 = gate.length;
+    if (n4 % 4 || up.length !== n4 || !this.k.contains(gate) || !this.k.contains(up)) throw new RangeError('chain act: gate and up must be arena arrays of one length, a multiple of 4');
+    const pb = this.k.allocOffset(16, 16);
+    const pars = new Float64Array(this.k.mem(), pb, 2);
+    pars[0] = b;
+    pars[1] = bl ?? 1;
+    const out = this.alloc(n4);
+    const fn = kind === 'silu' ? 0 : bl === null ? 1 : 2;
+    const ctrl = this.k.ctrl;
+    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_ACT, [fn, gate.byteOffset, up.byteOffset, out.byteOffset, pb], 0, n4 / 4));
+    this.macs += n4 * 32; // about 100 flops an element
+    return out;
+  }
+
+  /** The KDA block of a.T tokens (Kernels.kdaBlock) as one op of the current step; a.y must be in kernel memory. */
+  kdaBlock(a: KdaBlockArgs): void {
+    if (!this.k.contains(a.y)) throw new RangeError('chain kdaBlock: y must lie in kernel memory');
+    const { pb, macs } = this.k.kdaParams(a);
+    const ctrl = this.k.ctrl;
+    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_KDA_BLOCK, [pb], 0, a.H));
+    this.macs += macs;
+  }
+
+  /** Run every step (in as many dispatches as the control block needs: a cut is a barrier too), then fill the outputs outside kernel memory. */
+  run(): void {
+    if (this.ran) throw new Error('chain: run() twice');
+    this.ran = true;
+    this.k.timed(() => {
+      const list: Writer[] = [];
+      for (const s of this.steps) {
+        if (s.preps.length) list.push(...s.preps, BARRIER);
+        if (s.ops.length) list.push(...s.ops, BARRIER);
+      }
+      const nth = this.k.threadsFor(this.macs);
+      const bucket: ProfileBucket = this.experts ? 'experts' : 'matmul';
+      const ctrl = this.k.ctrl;
+      let n = 0, lastBarrier = false;
+      const flush = (): void => {
+        if (lastBarrier) n--; // (a dispatch's end is a barrier)
+        if (n > 0) this.k.run(n, nth, bucket);
+        n = 0;
+        lastBarrier = false;
+      };
+      for (const wr of list) {
+        if (n === this.k.maxOps) flush();
+        if (wr === BARRIER) {
+          if (n === 0) continue;
+          writeFusedOp(ctrl, n, OP_BARRIER, [], 0, 0);
+        } else wr(n);
+        lastBarrier = wr === BARRIER;
+        n++;
+      }
+      flush();
+      const mem = this.k.mem();
+      for (const c of this.copies) c.y.set(new Float32Array(mem, c.off, c.n));
+    });
+  }
+
+  /** Free the chain's arena arrays (every array alloc() and matmul() returned). */
+  done(): void {
+    this.k.release(this.mark);
+  }
+
+  private get cur(): { preps: Writer[]; ops: Writer[] } {
+    return this.steps[this.steps.length - 1]!;
+  }
+}
