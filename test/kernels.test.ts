@@ -12,6 +12,7 @@ import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
 import { gatedActRef, type ActKind } from '../src/kernels/wasm/act.js';
+import { rmsNorm } from '../src/model/ops.js';
 
 // deterministic PRNG (xorshift32)
 const rnd = xorshift(0x9e3779b9);
@@ -391,5 +392,31 @@ test('gatedMlpBatch: one chained dispatch (barriers between gate/up, activations
     k2.release(m);
   } finally {
     await k4.close();
+  }
+});
+
+test('chain moeCombine: the routed sum in router order and the latent RMSNorm == moe.ts / ops.ts in JavaScript, bytes', () => {
+  const T = 5, K = 3, zw = 37, eps = 1e-6;
+  const normW = new Float32Array(zw).map(() => rnd() * 2 - 1);
+  for (const k of [k1, k2]) {
+    for (const withNorm of [true, false]) {
+      const m = k.mark();
+      const norm = k.allocF32(zw);
+      norm.set(normW);
+      const ch = k.chain();
+      const ys = Array.from({ length: T * K }, () => {
+        const y = ch.alloc(zw); // (in the arena, as the expert outputs of earlier steps are)
+        for (let i = 0; i < zw; i++) y[i] = (rnd() * 2 - 1) * 10 ** Math.floor(rnd() * 6 - 3);
+        return y;
+      });
+      const w = new Float32Array(T * K).map(() => rnd());
+      const out = ch.moeCombine(ys, w, T, K, zw, withNorm ? norm : null, eps);
+      ch.run();
+      const want = new Float32Array(T * zw);
+      for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) for (let i = 0; i < zw; i++) want[t * zw + i] = want[t * zw + i]! + Math.fround(w[t * K + j]! * ys[t * K + j]![i]!);
+      sameBytes(out, withNorm ? rmsNorm(want, T, zw, normW, eps) : want, `moeCombine norm=${withNorm} threads=${k.threads}`);
+      ch.done();
+      k.release(m);
+    }
   }
 });

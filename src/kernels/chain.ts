@@ -12,7 +12,7 @@
 import type { WeightView } from '../formats/weight.js';
 import type { ActKind } from './wasm/act.js';
 import type { KdaBlockArgs } from './wasm/kda-block.js';
-import { OP_ACT, OP_BARRIER, OP_KDA_BLOCK, writeFusedOp, writeMatmulOp } from './pool.js';
+import { OP_ACT, OP_BARRIER, OP_KDA_BLOCK, OP_MOE_COMBINE, writeFusedOp, writeMatmulOp } from './pool.js';
 import type { ProfileBucket } from './profile.js';
 
 /** A product's weight as the kernels address it (Kernels.resolve). */
@@ -46,6 +46,16 @@ export interface ChainPort {
   run(nops: number, nth: number, bucket: ProfileBucket): void;
   /** Time a whole call into the profile's dispatch bucket (as the other entry points do). */
   timed(fn: () => void): void;
+}
+
+/** One gated MLP of Chain.gatedMlps; y (optional) is where its output goes. */
+export interface ChainMlp {
+  gate: WeightView;
+  up: WeightView;
+  down: WeightView;
+  x: Float32Array;
+  T: number;
+  y?: Float32Array;
 }
 
 type Writer = (slot: number) => void;
@@ -130,6 +140,56 @@ export class Chain {
     const ctrl = this.k.ctrl;
     this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_ACT, [fn, gate.byteOffset, up.byteOffset, out.byteOffset, pb], 0, n4 / 4));
     this.macs += n4 * 32; // about 100 flops an element
+    return out;
+  }
+
+  /**
+   * Gated MLPs y = down · act(gate · x, up · x) (Kernels.gatedMlpBatch) as three steps from the
+   * current one: gate and up products, activations, down products. Returns each item's y (its
+   * own, or a new arena array); the current step is then the down products'.
+   */
+  gatedMlps(items: readonly ChainMlp[], kind: ActKind, b: number, bl: number | null): Float32Array[] {
+    // gate and up outputs back to back, each padded to 4 elements (the activation's unit)
+    const at: number[] = [];
+    let n4 = 0;
+    for (const it of items) {
+      if (it.up.rows !== it.gate.rows || it.up.cols !== it.gate.cols || it.down.cols !== it.gate.rows) throw new RangeError(`gated MLP: gate ${it.gate.rows}x${it.gate.cols}, up ${it.up.rows}x${it.up.cols}, down ${it.down.rows}x${it.down.cols}`);
+      at.push(n4);
+      n4 += (it.T * it.gate.rows + 3) & ~3;
+    }
+    const g = this.alloc(n4).fill(0), u = this.alloc(n4).fill(0);
+    items.forEach((it, k) => {
+      const n = it.T * it.gate.rows;
+      this.matmul(it.gate, it.x, it.T, g.subarray(at[k]!, at[k]! + n));
+      this.matmul(it.up, it.x, it.T, u.subarray(at[k]!, at[k]! + n));
+    });
+    const h = this.next().act(g, u, kind, b, bl);
+    this.next();
+    return items.map((it, k) => this.matmul(it.down, h.subarray(at[k]!, at[k]! + it.T * it.gate.rows), it.T, it.y));
+  }
+
+  /**
+   * The routed sum and latent norm of T MoE tokens (wasm/fused.ts moe_combine) as one op of the
+   * current step: out[t] = Σ_j f32(w_tj · rows[t·K + j]) in router order, then RMSNorm with `norm`
+   * (null: none). rows are arena arrays of zw values (expert outputs of earlier steps), norm a
+   * constant in kernel memory. Returns out, a new arena array [T, zw].
+   */
+  moeCombine(rows: readonly Float32Array[], weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
+    if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);
+    if (norm && (!this.k.contains(norm) || norm.length < zw)) throw new RangeError('moe combine: the norm must lie in kernel memory');
+    const mem = (): ArrayBufferLike => this.k.mem();
+    const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.k.allocOffset(8, 8);
+    const out = this.alloc(T * zw);
+    const tab = new Int32Array(mem(), ys, T * K);
+    rows.forEach((r, i) => {
+      if (!this.k.contains(r) || r.length < zw) throw new RangeError('moe combine: expert rows must lie in kernel memory');
+      tab[i] = r.byteOffset;
+    });
+    new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
+    new Float64Array(mem(), ep, 1)[0] = eps;
+    const ctrl = this.k.ctrl;
+    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], 0, T));
+    this.macs += T * K * zw + (norm ? 2 * T * zw : 0);
     return out;
   }
 

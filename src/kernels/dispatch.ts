@@ -249,7 +249,7 @@ export class Compute {
    * holds `near` (the state), placed once as kdaBlock places them; null when `near` is in none.
    * Call it before a chain begins: a chain frees what is allocated after its start.
    */
-  placedNear(near: Float32Array, vs: readonly Float32Array[]): Float32Array[] | null {
+  placedNear(near: ArrayBufferView, vs: readonly Float32Array[]): Float32Array[] | null {
     const kk = this.kernels?.ownerOf(near);
     return kk ? vs.map((v) => this.resident(kk, v)) : null;
   }

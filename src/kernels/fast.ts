@@ -887,23 +887,7 @@ export class Kernels {
   gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): void {
     const ch = this.chain();
     try {
-      // gate and up outputs back to back, each padded to 4 elements (the activation's unit)
-      const at: number[] = [];
-      let n4 = 0;
-      for (const it of items) {
-        if (it.up.rows !== it.gate.rows || it.up.cols !== it.gate.cols || it.down.cols !== it.gate.rows) throw new RangeError(`gated MLP: gate ${it.gate.rows}x${it.gate.cols}, up ${it.up.rows}x${it.up.cols}, down ${it.down.rows}x${it.down.cols}`);
-        at.push(n4);
-        n4 += (it.T * it.gate.rows + 3) & ~3;
-      }
-      const g = ch.alloc(n4).fill(0), u = ch.alloc(n4).fill(0);
-      items.forEach((it, k) => {
-        const n = it.T * it.gate.rows;
-        ch.matmul(it.gate, it.x, it.T, g.subarray(at[k]!, at[k]! + n));
-        ch.matmul(it.up, it.x, it.T, u.subarray(at[k]!, at[k]! + n));
-      });
-      const h = ch.next().act(g, u, kind, b, bl);
-      ch.next();
-      items.forEach((it, k) => ch.matmul(it.down, h.subarray(at[k]!, at[k]! + it.T * it.gate.rows), it.T, it.y));
+      ch.gatedMlps(items, kind, b, bl);
       ch.run();
     } finally {
       ch.done();

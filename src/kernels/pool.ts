@@ -86,6 +86,8 @@ export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act'] as const;
 /** A barrier: the ops after it start only when every op before it is done (a chained dispatch:
  *  one publish, one wake-up, no JavaScript between dependent steps). No range, no words. */
 export const OP_BARRIER = 10;
+/** The routed experts' weighted sum and latent norm of MoE tokens (wasm/fused.ts moe_combine), split by tokens. */
+export const OP_MOE_COMBINE = 11;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -98,6 +100,7 @@ const FUSED: Record<number, [string, number]> = {
   [OP_ATTNRES_SUM]: ['attnres_sum', 5],
   [OP_PREP]: ['', 8],
   [OP_BARRIER]: ['', 0],
+  [OP_MOE_COMBINE]: ['moe_combine', 7],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for

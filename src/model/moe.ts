@@ -12,7 +12,8 @@
 import type { Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
 import { addInPlace, gatedMlp, gatedMlpMany, linear, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
-import { route, type RouterConfig } from './router.js';
+import { route, type RouterConfig, type Routing } from './router.js';
+import type { WeightView } from '../formats/weight.js';
 
 export interface MoeWeights {
   gate: Mat;
@@ -73,7 +74,11 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
+  let chained: Float32Array | null = null;
   await lend(async (batch) => {
+    // every expert in memory (one batch): the rest of the block in one chained dispatch, if it can
+    if (lend.ready) chained = moeTailChained(c, p, w, batch, users, routing, x, z, T, sharedLater);
+    if (chained) return;
     // The batch's gated MLPs (the shared expert's first, when it was left for here): one dispatch
     // of their gate and up products, one of activations, one of down products, each product the
     // same canonical dots as alone.
@@ -95,6 +100,7 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
       });
     });
   });
+  if (chained) return chained;
   if (sharedLater) s = await gatedMlp(c, w.shared!, x, T, p.act); // (nothing was lent)
   const routed = new Float32Array(T * zw);
   for (let t = 0; t < T; t++) {
@@ -110,6 +116,58 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   }
   if (s) addInPlace(out, s);
   return out;
+}
+
+/**
+ * The block after routing in one chained dispatch (Compute.chainFor), when every weight is
+ * resident in one kernel memory: the batch's gated MLPs (with the shared expert's when
+ * `withShared`), the routed sum and latent norm (moe_combine: addScaled and rmsNorm's
+ * operations in their order), the latent up product; the shared expert's output added last, as
+ * below. Same bytes as the step-by-step path; null (nothing done) when it cannot chain.
+ */
+function moeTailChained(c: Compute, p: MoeParams, w: MoeWeights, batch: readonly { expert: number; w: MlpWeights }[], users: Map<number, number[]>,
+  routing: Routing, x: Float32Array, z: Float32Array, T: number, withShared: boolean): Float32Array | null {
+  if (!c.group) return null;
+  const mlps = [...(withShared ? [w.shared!] : []), ...batch.map((e) => e.w)];
+  const views: WeightView[] = [];
+  for (const m of [...mlps.flatMap((g) => [g.gate, g.up, g.down]), ...(w.latent ? [w.latent.up] : [])]) {
+    const v = m.now?.();
+    if (!v) return null;
+    views.push(v);
+  }
+  const norm = w.latent?.norm ? c.placedNear(views[0]!.data, [w.latent.norm]) : null; // (before the chain: it outlives it)
+  if (w.latent?.norm && !norm) return null;
+  const ch = c.chainFor(views, norm ?? []);
+  if (!ch) return null;
+  try {
+    const zw = w.latent ? w.latent.down.rows : w.gate.cols, D = w.gate.cols, K = p.topK;
+    const v = (i: number): WeightView => views[i]!;
+    const shared = withShared ? new Float32Array(T * D) : null;
+    const items = mlps.map((_, k) => {
+      if (withShared && k === 0) return { gate: v(0), up: v(1), down: v(2), x, T, y: shared! };
+      const toks = users.get(batch[k - (withShared ? 1 : 0)]!.expert)!;
+      return { gate: v(3 * k), up: v(3 * k + 1), down: v(3 * k + 2), x: T === 1 ? z : gatherRows(z, toks, zw), T: toks.length };
+    });
+    const ys = ch.gatedMlps(items, p.act.kind, p.act.situBeta, p.act.kind === 'situ' ? p.act.situLinearBeta : null);
+    const slot = new Map(batch.map((e, k) => [e.expert, ys[k + (withShared ? 1 : 0)]!]));
+    const rows: Float32Array[] = [];
+    const wts = new Float32Array(T * K);
+    for (let t = 0; t < T; t++) {
+      for (let j = 0; j < K; j++) {
+        const e = routing.ids[t]![j]!, i = users.get(e)!.indexOf(t);
+        rows.push(slot.get(e)!.subarray(i * zw, (i + 1) * zw));
+        wts[t * K + j] = routing.weights[t]![j]!;
+      }
+    }
+    const routed = ch.next().moeCombine(rows, wts, T, K, zw, norm?.[0] ?? null, p.eps);
+    const out = w.latent ? ch.next().matmul(views.at(-1)!, routed, T, new Float32Array(T * D)) : null;
+    ch.run();
+    const y = out ?? routed.slice();
+    if (shared) addInPlace(y, shared);
+    return y;
+  } finally {
+    ch.done();
+  }
 }
 
 /** acc[o + i] = f32(acc[o + i] + f32(w · y[i])) for i < n. A function of its own, so that it is

@@ -29,6 +29,12 @@
 // attnres_sum(cands, m, D, pi, out, t0, t1): out[t*D + d] = f32(sum_i pi[t*m + i] * c_i[t*D + d]),
 //   i ascending from +0, in f64 (pi f64).
 //
+// moe_combine(ys, wts, K, zw, norm, epsPtr, out, t0, t1)   (reference: the routed sum and latent
+//   norm of moeForward in src/model/moe.ts). Per token t: out[t*zw + i] = sum_j f32(w_tj * y_tj[i])
+//   in f32, j < K ascending from +0, with y_tj the row at the i32 ys[t*K + j] and w_tj the f32
+//   wts[t*K + j]; then, unless norm is 0, the RMSNorm of ops.ts rmsNorm in place: ss = sum v*v and
+//   r = 1 / sqrt(ss / zw + eps) in f64, out = f32(norm[i] * f32(v * r)).
+//
 // All pointers are byte offsets into the kernel memory; all arrays are f32 and dense unless a
 // stride is given (in bytes).
 
@@ -312,6 +318,47 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
         set(oh, i32.add(A('out'), i32.mul(get(h), get(lk4)))),
         ...columnTiles(j, lk4, jend, tilesOf(opts.wsumTile ?? 16, 'w'), tile),
         inc(h, 1), br(0))),
+    ];
+  }
+
+  // ---- MoE: the routed outputs' weighted sum per token (router order), then the latent norm ----
+  {
+    const f = fnx('moe_combine', { ys: I32, wts: I32, K: I32, zw: I32, norm: I32, epsPtr: I32, out: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), i = f.local('i', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), ib = f.local('ib', I32);
+    const acc = f.local('acc', F32);
+    const ss = f.local('ss', F64), v = f.local('v', F64), r = f.local('r', F64);
+    const at = (k: Code): Code => i32.shl(i32.add(get(tk), k), i32.const(2));
+    f.body = [
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(o, i32.add(A('out'), i32.shl(i32.mul(get(t), A('zw')), i32.const(2)))),
+        set(tk, i32.mul(get(t), A('K'))),
+        set(i, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
+          set(ib, i32.shl(get(i), i32.const(2))),
+          set(acc, f32.const(0)),
+          set(j, i32.const(0)),
+          block(loop(br_if(1, i32.ge_u(get(j), A('K'))),
+            set(acc, f32.add(get(acc), f32.mul(f32.load(i32.add(A('wts'), at(get(j)))), f32.load(i32.add(i32.load(i32.add(A('ys'), at(get(j)))), get(ib)))))),
+            inc(j, 1), br(0))),
+          f32.store(i32.add(get(o), get(ib)), get(acc)),
+          inc(i, 1), br(0))),
+        block(br_if(0, i32.eqz(A('norm'))),
+          set(ss, f64.const(0)),
+          set(i, i32.const(0)),
+          block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
+            set(v, f64.promote_f32(f32.load(i32.add(get(o), i32.shl(get(i), i32.const(2)))))),
+            set(ss, f64.add(get(ss), f64.mul(get(v), get(v)))),
+            inc(i, 1), br(0))),
+          set(r, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(A('zw'))), f64.load(A('epsPtr')))))),
+          set(i, i32.const(0)),
+          block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
+            set(ib, i32.shl(get(i), i32.const(2))),
+            f32.store(i32.add(get(o), get(ib)), f32.mul(f32.load(i32.add(A('norm'), get(ib))),
+              f32.demote_f64(f64.mul(f64.promote_f32(f32.load(i32.add(get(o), get(ib)))), get(r))))),
+            inc(i, 1), br(0)))),
+        inc(t, 1), br(0))),
     ];
   }
 }
