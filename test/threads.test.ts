@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { GOLDEN, GOLDEN_TOL, sameBytes } from './helpers.js';
 import { Model } from '../src/model/model.js';
 import { readNpyF32 } from '../src/util/npy.js';
+import type { Kernels } from '../src/kernels/fast.js';
 
 const CASES = ['k2-yarn', 'k2-thinking-int4', 'kimi-linear', 'k3'];
 
@@ -69,5 +70,34 @@ test('a released state is cleared and reused by newState(): same bytes as a fres
     assert.ok(sameBytes(await m.forward(b, ids, 'all'), first));
   } finally {
     await m.close();
+  }
+});
+
+test('resident blocks run as chained dispatches: a decode token makes one chain per FFN and per bounded-gate KDA layer', async () => {
+  const { Kernels } = await import('../src/kernels/fast.js');
+  const inner = Kernels.prototype.chain;
+  let chains = 0;
+  Kernels.prototype.chain = function (this: Kernels) {
+    chains++;
+    return inner.call(this);
+  };
+  try {
+    for (const name of CASES) {
+      const m = await Model.load(path.join(GOLDEN, name), { ctx: 64, threads: 2, budget: { preset: 'max' } });
+      try {
+        await m.store.preload(); // every expert in memory: the MoE block's one batch chains
+        const st = m.newState();
+        await m.forward(st, [1, 2, 3], 'last');
+        chains = 0;
+        await m.forward(st, [4], 'last');
+        const cfg = m.config;
+        const kda = cfg.kda && cfg.kda.gateLowerBound !== null ? cfg.layers.filter((L) => L.attn === 'kda').length : 0;
+        assert.equal(chains, kda + cfg.numLayers, `${name}: chained dispatches in a decode token`);
+      } finally {
+        await m.close();
+      }
+    }
+  } finally {
+    Kernels.prototype.chain = inner;
   }
 });
