@@ -23,6 +23,8 @@ export interface ChainMat {
   sdt: number;
   rows: number;
   cols: number;
+  /** How the product reads its activations (Kernels.layoutOf): one array laid out once per layout. */
+  layout: number;
   experts: boolean;
 }
 
@@ -65,8 +67,8 @@ export class Chain {
   private readonly mark: number;
   /** Per step: its layout ops, then its ops. */
   private readonly steps: { preps: Writer[]; ops: Writer[] }[] = [{ preps: [], ops: [] }];
-  /** Layouts already staged in the current step (offset, T, cols, the weight's layout key). */
-  private stepPreps: { src: number; key: string; at: number }[] = [];
+  /** Layouts already staged in the current step: source offset, T, columns, layout, where the result is. */
+  private stepPreps: { src: number; T: number; cols: number; layout: number; at: number }[] = [];
   /** Outputs outside kernel memory, copied out after run(). */
   private readonly copies: { y: Float32Array; off: number; n: number }[] = [];
   /** Activations outside kernel memory laid out so far (the port's records). */
@@ -98,13 +100,13 @@ export class Chain {
     if (x.length < T * R.cols) throw new RangeError(`activations: ${x.length} values, need ${T * R.cols}`);
     let xo: number;
     if (this.k.contains(x)) {
-      const key = `${T}:${R.cols}:${R.fmtCode}:${R.sdt}`;
-      const seen = this.stepPreps.find((p) => p.src === x.byteOffset && p.key === key);
+      const src = x.byteOffset;
+      const seen = this.stepPreps.find((p) => p.src === src && p.T === T && p.cols === R.cols && p.layout === R.layout);
       if (seen) xo = seen.at;
       else {
-        const [at, op] = this.k.stageOp(x.byteOffset, T, w);
+        const [at, op] = this.k.stageOp(src, T, w);
         if (op) this.cur.preps.push(op);
-        this.stepPreps.push({ src: x.byteOffset, key, at });
+        this.stepPreps.push({ src, T, cols: R.cols, layout: R.layout, at });
         xo = at;
       }
     } else xo = this.k.stageNow(this.staged, x, T, w);

@@ -4,7 +4,7 @@
 // uses a group of kernel instances, each with its own memory and workers; a weight is computed
 // by the instance whose memory it lives in.
 
-import { createKernels, type GatedMlpOp, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
+import { createKernels, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
 import * as ref from './ref.js';
 import { gatedActRef, type ActKind } from './wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
@@ -252,19 +252,6 @@ export class Compute {
   placedNear(near: ArrayBufferView, vs: readonly Float32Array[]): Float32Array[] | null {
     const kk = this.kernels?.ownerOf(near);
     return kk ? vs.map((v) => this.resident(kk, v)) : null;
-  }
-
-  /**
-   * Gated MLPs in one chained dispatch (Kernels.gatedMlpBatch) when every weight lies in one
-   * member's memory; false (nothing done) otherwise, and the caller runs them product by product.
-   * Same bytes either way.
-   */
-  gatedMlpBatch(items: readonly GatedMlpOp[], kind: ActKind, b: number, bl: number | null): boolean {
-    const k = items.length ? this.kernels?.owner(items[0]!.gate) : null;
-    if (!k) return false;
-    for (const it of items) if (!k.contains(it.gate.data) || !k.contains(it.up.data) || !k.contains(it.down.data)) return false;
-    k.gatedMlpBatch(items, kind, b, bl);
-    return true;
   }
 
   /**

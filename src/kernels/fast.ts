@@ -30,7 +30,7 @@ import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, OP_PREP, ACT_OPS } from './pool.js';
 import { KDA_BLOCK_BYTES, KDA_BLOCK_WORDS, KDA_BLOCK_F64, type KdaBlockArgs } from './wasm/kda-block.js';
-import { Chain, type ChainPort } from './chain.js';
+import { Chain, type ChainMlp, type ChainPort } from './chain.js';
 import { formatMiB } from '../util/format.js';
 import { depthSoftmax } from './ref.js';
 import type { KernelProfile, ProfileBucket } from './profile.js';
@@ -84,6 +84,8 @@ const FMT_CODE: Record<WeightFormat, number> = Object.fromEntries(FMTS.map((f, i
 const SDT: Record<string, number> = { F32: 0, BF16: 1, F16: 2 };
 const SBYTES = [4, 2, 2];
 const align = (n: number, a: number): number => Math.ceil(n / a) * a;
+/** The formats whose products the profile counts as experts (K3's routed experts, K2's int4). */
+const EXPERT_FMTS: ReadonlySet<string> = new Set(['mxfp4', 'int4']);
 /** The arguments of q8_act for quantizeQ8's and quantizeQ8T's layouts (scaleMul as f32 bits). */
 const actArgs = (o: { interleave: boolean; scaleMul: number; offset: number }): { interleave: number; scaleBits: number; offset: number } => {
   if (Math.fround(o.scaleMul) !== o.scaleMul) throw new RangeError('q8_act: scaleMul must be an f32');
@@ -110,14 +112,7 @@ interface Layout {
 }
 
 /** One gated MLP of a batch: y [T, down.rows] = down · act(gate · x, up · x), x [T, gate.cols]. */
-export interface GatedMlpOp {
-  gate: WeightView;
-  up: WeightView;
-  down: WeightView;
-  x: Float32Array;
-  T: number;
-  y: Float32Array;
-}
+export type GatedMlpOp = ChainMlp & { y: Float32Array };
 
 /** An output computed in the arena at `off`, copied to `y` (rows [r0, r1) of each token) after the dispatch. */
 interface OutCopy {
@@ -445,6 +440,11 @@ export class Kernels {
     return { layout: q8 ? 4 : q7 ? 5 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0), tiled, perm, q8, q7 };
   }
 
+  /** The sdt word of R's matmul op: Q8_SDT sends mxfp4 to the 8-bit kernel (fastMxfp4). */
+  private opSdt(R: Resolved): number {
+    return this.fastMxfp4 && R.fmt === 'mxfp4' ? Q8_SDT : R.sdt;
+  }
+
   /** x [T, R.cols] prepared for R's kernel on the calling thread, once per (array, layout): its offset. */
   private stageX(preps: Prep[], xa: Float32Array, T: number, R: Resolved): number {
     const L = this.layoutOf(R, T);
@@ -516,7 +516,7 @@ export class Kernels {
         if (!(Number.isInteger(T) && T >= 0)) throw new RangeError(`bad T ${T}`);
         if (!(0 <= r0 && r0 <= r1 && r1 <= R.rows)) throw new RangeError(`bad row range [${r0}, ${r1}) of ${R.rows}`);
         if (op.y.length < T * R.rows) throw new RangeError(`output: ${op.y.length} values, need ${T * R.rows}`);
-        if (R.fmt === 'mxfp4' || R.fmt === 'int4') experts = true;
+        if (EXPERT_FMTS.has(R.fmt)) experts = true;
         const x = this.stageX(preps, op.x, T, R);
         let y: number;
         if (this.contains(op.y)) y = op.y.byteOffset;
@@ -524,7 +524,7 @@ export class Kernels {
           y = this.allocOffset(T * R.rows * 4);
           copies.push({ y: op.y, off: y, T, rows: R.rows, r0, r1 });
         }
-        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, this.fastMxfp4 && R.fmt === 'mxfp4' ? Q8_SDT : R.sdt, R.rows, R.cols, x, T, y, r0, r1);
+        writeMatmulOp(this.ctrl, i, FMT_CODE[R.fmt], R.w, R.s, this.opSdt(R), R.rows, R.cols, x, T, y, r0, r1);
         macs += (r1 - r0) * R.cols * T;
       }
       if (p) this.runPool(ops.length, this.threadsFor(macs), experts ? 'experts' : 'matmul');
@@ -865,7 +865,7 @@ export class Kernels {
       contains: (a) => this.contains(a),
       mat: (w, T) => {
         const R = this.resolve(w);
-        return { fmtCode: FMT_CODE[R.fmt], w: R.w, s: R.s, sdt: this.layoutOf(R, T).q8 ? Q8_SDT : R.sdt, rows: R.rows, cols: R.cols, experts: R.fmt === 'mxfp4' || R.fmt === 'int4' };
+        return { fmtCode: FMT_CODE[R.fmt], w: R.w, s: R.s, sdt: this.opSdt(R), rows: R.rows, cols: R.cols, layout: this.layoutOf(R, T).layout, experts: EXPERT_FMTS.has(R.fmt) };
       },
       stageNow: (seen, x, T, w) => this.stageX(seen as Prep[], x, T, this.resolve(w)),
       stageOp: (src, T, w) => this.stagePrepOp(src, T, this.resolve(w)),

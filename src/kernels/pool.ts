@@ -204,9 +204,9 @@ function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: numb
 
 /** Claim and run pieces of the live ops until none is left, adding each finished piece to DONE
  *  (a failed one too, so nobody waits for it: the first error is returned after the rest).
- *  The ops come in phases separated by OP_BARRIER: a thread leaves a phase only when all of its
- *  rows are done (DONE has reached the phase's end), so a phase may read what the ones before it
- *  wrote. Within a phase, thread `tid` starts at op tid·n/nth of its n ops and wraps around: in a
+ *  The ops come in steps separated by OP_BARRIER: a thread leaves a step only when all of its
+ *  rows are done (DONE has reached the step's end), so a step may read what the ones before it
+ *  wrote. Within a step, thread `tid` starts at op tid·n/nth of its n ops and wraps around: in a
  *  dispatch of unlike products (the shared expert's rows, bound by memory bandwidth, next to
  *  routed experts, bound by arithmetic) the threads start on different kinds and overlap them;
  *  each op is still claimed to its end, so which thread runs a row never matters. */
@@ -214,7 +214,7 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
   const B = bind(ex);
   const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!;
   let err: unknown = null;
-  let end = 0; // DONE once every phase so far is finished
+  let end = 0; // DONE once every step so far is finished
   for (let p0 = 0; p0 < nops;) {
     let p1 = p0;
     while (p1 < nops && ctrl[LIVE + p1 * OP_WORDS] !== OP_BARRIER) {
@@ -222,15 +222,15 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
       end += Math.max(0, ctrl[r + 1]! - ctrl[r]!);
       p1++;
     }
-    err = runPhase(B, ctrl, scratch, tid, nth, p0, p1) ?? err;
-    if (p1 < nops) while (Atomics.load(ctrl, DONE) < end) { /* spin: the other threads' last pieces of this phase */ }
+    err = runStep(B, ctrl, scratch, tid, nth, p0, p1) ?? err;
+    if (p1 < nops) while (Atomics.load(ctrl, DONE) < end) { /* spin: the other threads' last pieces of this step */ }
     p0 = p1 + 1;
   }
   return err;
 }
 
-/** runClaims for the ops [p0, p1) of one phase. */
-function runPhase(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
+/** runClaims for the ops [p0, p1) of one step. */
+function runStep(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
   const n = p1 - p0, total = ctrl[TOTAL]!;
   const first = Math.floor((tid * n) / nth);
   let err: unknown = null;

@@ -4,9 +4,8 @@
 // State per layer: S [H, dk, dk] f32 (rows = key channel, columns = value channel) and the last
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
-import type { Mat } from '../store/mat.js';
-import type { WeightView } from '../formats/weight.js';
-import { expRef, sigmoidRef, type Compute } from '../kernels/dispatch.js';
+import { viewsNow, type Mat } from '../store/mat.js';
+import { expRef, sigmoidRef, type Compute, type KdaBlockArgs } from '../kernels/dispatch.js';
 import { linear, linearMany } from './ops.js';
 
 const fr = Math.fround;
@@ -212,32 +211,26 @@ function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T:
     states.push(state.S, state.conv, state.work);
   }
   const gate = w.gate, full = 'full' in gate;
-  const views = [w.q, w.k, w.v, w.fa, w.b, ...('full' in gate ? [gate.full, w.fb] : [gate.a, w.fb, gate.b]), w.o].map((m) => m.now?.() ?? null);
-  if (views.some((v) => !v)) return null;
+  const views = viewsNow([w.q, w.k, w.v, w.fa, w.b, ...('full' in gate ? [gate.full, w.fb] : [gate.a, w.fb, gate.b]), w.o]);
+  if (!views) return null;
   // the layer's constants placed in kernel memory first (they outlive the chain)
   const placed = c.placedNear(states[0]!, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm]);
-  const ch = placed && c.chainFor(views as WeightView[], [...states, ...placed]);
+  const ch = placed && c.chainFor(views, [...states, ...placed]);
   if (!ch) return null;
   const [qConv, kConv, vConv, dtBias, oNorm] = placed as Float32Array[];
   try {
-    const H = p.heads, d = p.headDim, P = H * d;
+    const H = p.heads, P = H * p.headDim;
     const [qr, kr, vr, fa, beta, g] = views.slice(0, 6).map((v) => ch.matmul(v!, x, T)) as Float32Array[];
     ch.next();
     const z = ch.matmul(views[6]!, fa!, T);
     const gamma = full ? g! : ch.matmul(views[7]!, g!, T);
     ch.next();
     const y = ch.alloc(T * P);
-    const A = new Float64Array(H);
-    for (let h = 0; h < H; h++) A[h] = Math.exp(w.aLog[h]!);
+    const A = expALog(w, H);
+    const pr = { qr: qr!, kr: kr!, vr: vr!, beta: beta!, gamma }, consts = { qConv, kConv, vConv, dtBias, oNorm };
     let r0 = 0;
     for (const { T: n, state } of parts) {
-      const rows = (a: Float32Array, m: number): Float32Array => a.subarray(r0 * m, (r0 + n) * m);
-      ch.kdaBlock({
-        S: state.S, conv: state.conv, work: state.work!,
-        qr: rows(qr!, P), kr: rows(kr!, P), vr: rows(vr!, P), zOrAlpha: rows(z, P), b: rows(beta!, H), gamma: rows(gamma, P), y: rows(y, P),
-        qConv, kConv, vConv, dtBias, A, oNorm,
-        H, d, W: p.convSize, T: n, mode: 'bounded', eps: p.eps, lambda: p.gateLowerBound, qScale: 1 / Math.sqrt(d),
-      });
+      ch.kdaBlock(blockArgs(p, consts, state, pr, r0, n, z.subarray(r0 * P, (r0 + n) * P), y.subarray(r0 * P, (r0 + n) * P), A));
       r0 += n;
     }
     const out = ch.next().matmul(views.at(-1)!, y, T, new Float32Array(T * w.o.rows));
@@ -246,6 +239,29 @@ function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T:
   } finally {
     ch.done();
   }
+}
+
+/** exp(A_log) per head, in double (the KDA block kernel's A). */
+function expALog(w: KdaWeights, H: number): Float64Array {
+  const A = new Float64Array(H);
+  for (let h = 0; h < H; h++) A[h] = Math.exp(w.aLog[h]!);
+  return A;
+}
+
+/**
+ * Kernels.kdaBlock's arguments for `len` tokens of `state`: the projections' rows [row, row + len),
+ * zOrAlpha and y those tokens' rows already; the constant vectors (taps, dt_bias, o_norm) from `k`.
+ */
+function blockArgs(p: KdaParams, k: Pick<KdaWeights, 'qConv' | 'kConv' | 'vConv' | 'dtBias' | 'oNorm'>, state: KdaState, pr: Record<'qr' | 'kr' | 'vr' | 'beta' | 'gamma', Float32Array>,
+  row: number, len: number, zOrAlpha: Float32Array, y: Float32Array, A: Float64Array): KdaBlockArgs {
+  const H = p.heads, d = p.headDim, P = H * d;
+  const rows = (a: Float32Array, n: number): Float32Array => a.subarray(row * n, (row + len) * n);
+  return {
+    S: state.S, conv: state.conv, work: state.work!,
+    qr: rows(pr.qr, P), kr: rows(pr.kr, P), vr: rows(pr.vr, P), zOrAlpha, b: rows(pr.beta, H), gamma: rows(pr.gamma, P), y,
+    qConv: k.qConv, kConv: k.kConv, vConv: k.vConv, dtBias: k.dtBias, A, oNorm: k.oNorm,
+    H, d, W: p.convSize, T: len, mode: p.gateLowerBound === null ? 'given' : 'bounded', eps: p.eps, lambda: p.gateLowerBound ?? 0, qScale: 1 / Math.sqrt(d),
+  };
 }
 
 /** Rows [r0, r0 + T) of the projections through conv, recurrence and gated norm, into y. */
@@ -300,24 +316,15 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
  */
 function kdaBlockFused(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' | 'kr' | 'vr' | 'z' | 'beta' | 'gamma', Float32Array>, r0: number, T: number, state: KdaState, y: Float32Array): boolean {
   const H = p.heads;
-  const d = p.headDim;
-  const P = H * d;
-  const A = new Float64Array(H);
-  for (let h = 0; h < H; h++) A[h] = Math.exp(w.aLog[h]!);
+  const P = H * p.headDim;
+  const A = expALog(w, H);
   let zOrAlpha = pr.z.subarray(r0 * P, (r0 + T) * P);
   if (p.gateLowerBound === null) {
     // Kimi Linear's softplus gate stays in JavaScript (Math.log1p): the kernel takes α as given
     zOrAlpha = new Float32Array(T * P);
     for (let i = 0; i < T; i++) kdaDecay(p, pr.z, (r0 + i) * P, w.aLog, w.dtBias, zOrAlpha.subarray(i * P, (i + 1) * P));
   }
-  const rows = (a: Float32Array, n: number, i: number, len: number): Float32Array => a.subarray((r0 + i) * n, (r0 + i + len) * n);
-  const call = (i: number, len: number, out: Float32Array): boolean => c.kdaBlock({
-    S: state.S, conv: state.conv, work: state.work!,
-    qr: rows(pr.qr, P, i, len), kr: rows(pr.kr, P, i, len), vr: rows(pr.vr, P, i, len),
-    zOrAlpha: zOrAlpha.subarray(i * P, (i + len) * P), b: rows(pr.beta, H, i, len), gamma: rows(pr.gamma, P, i, len), y: out,
-    qConv: w.qConv, kConv: w.kConv, vConv: w.vConv, dtBias: w.dtBias, A, oNorm: w.oNorm,
-    H, d, W: p.convSize, T: len, mode: p.gateLowerBound === null ? 'given' : 'bounded', eps: p.eps, lambda: p.gateLowerBound ?? 0, qScale: 1 / Math.sqrt(d),
-  });
+  const call = (i: number, len: number, out: Float32Array): boolean => c.kdaBlock(blockArgs(p, w, state, pr, r0 + i, len, zOrAlpha.subarray(i * P, (i + len) * P), out, A));
   const yr = y.subarray(r0 * P, (r0 + T) * P);
   if (!state.sweep) return call(0, T, yr);
   for (let i = 0; i < T; i++) {

@@ -9,7 +9,7 @@
 // experts' dispatches instead. None of this changes a number: each product is the same canonical
 // dot product whenever it runs, and the sums keep their order.
 
-import type { Mat } from '../store/mat.js';
+import { viewsNow, type Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
 import { addInPlace, gatedMlp, gatedMlpMany, linear, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
 import { route, type RouterConfig, type Routing } from './router.js';
@@ -129,12 +129,8 @@ function moeTailChained(c: Compute, p: MoeParams, w: MoeWeights, batch: readonly
   routing: Routing, x: Float32Array, z: Float32Array, T: number, withShared: boolean): Float32Array | null {
   if (!c.group) return null;
   const mlps = [...(withShared ? [w.shared!] : []), ...batch.map((e) => e.w)];
-  const views: WeightView[] = [];
-  for (const m of [...mlps.flatMap((g) => [g.gate, g.up, g.down]), ...(w.latent ? [w.latent.up] : [])]) {
-    const v = m.now?.();
-    if (!v) return null;
-    views.push(v);
-  }
+  const views = viewsNow([...mlps.flatMap((g) => [g.gate, g.up, g.down]), ...(w.latent ? [w.latent.up] : [])]);
+  if (!views) return null;
   const norm = w.latent?.norm ? c.placedNear(views[0]!.data, [w.latent.norm]) : null; // (before the chain: it outlives it)
   if (w.latent?.norm && !norm) return null;
   const ch = c.chainFor(views, norm ?? []);

@@ -2,8 +2,8 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import type { Compute, GatedMlpOp, MatmulOp } from '../kernels/dispatch.js';
-import type { GatedMats, Mat } from '../store/mat.js';
+import type { Compute, MatmulOp } from '../kernels/dispatch.js';
+import { viewsNow, type GatedMats, type Mat } from '../store/mat.js';
 
 const fr = Math.fround;
 
@@ -131,7 +131,7 @@ export interface GatedMlpItem {
 }
 
 /** gatedMlp of each item: in one chained dispatch when every weight is in kernel memory now
- *  (Compute.gatedMlpBatch), else in three (gate and up products, activations, down products);
+ *  (chainedMlps), else in three (gate and up products, activations, down products);
  *  each output what gatedMlp alone gives. */
 export async function gatedMlpMany(c: Compute, items: readonly GatedMlpItem[], act: Activation): Promise<Float32Array[]> {
   const chained = chainedMlps(c, items, act);
@@ -141,16 +141,17 @@ export async function gatedMlpMany(c: Compute, items: readonly GatedMlpItem[], a
   return linearMany(c, items.map(({ w, T }, k) => ({ m: w.down, x: h[k]!, T })));
 }
 
-/** gatedMlpMany in one dispatch, or null when some weight is not a resident view in one kernel memory. */
+/** gatedMlpMany in one chained dispatch (Chain.gatedMlps), or null when some weight is not a resident view in one kernel memory. */
 function chainedMlps(c: Compute, items: readonly GatedMlpItem[], act: Activation): Float32Array[] | null {
-  if (!c.group) return null;
-  const ops: GatedMlpOp[] = [];
-  const ys = carve(items.map(({ w, T }) => T * w.down.rows));
-  for (let k = 0; k < items.length; k++) {
-    const { w, x, T } = items[k]!;
-    const gate = w.gate.now?.(), up = w.up.now?.(), down = w.down.now?.();
-    if (!gate || !up || !down) return null;
-    ops.push({ gate, up, down, x, T, y: ys[k]! });
+  const views = c.group ? viewsNow(items.flatMap(({ w }) => [w.gate, w.up, w.down])) : null;
+  const ch = views && c.chainFor(views);
+  if (!ch) return null;
+  try {
+    const ys = carve(items.map(({ w, T }) => T * w.down.rows));
+    ch.gatedMlps(items.map(({ x, T }, k) => ({ gate: views![3 * k]!, up: views![3 * k + 1]!, down: views![3 * k + 2]!, x, T, y: ys[k]! })), act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null);
+    ch.run();
+    return ys;
+  } finally {
+    ch.done();
   }
-  return c.gatedMlpBatch(ops, act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null) ? ys : null;
 }

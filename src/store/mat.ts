@@ -22,6 +22,17 @@ export interface Mat {
   now?(): WeightView | null;
 }
 
+/** Every matrix's view now (Mat.now), or null when one is not resident and read yet. */
+export function viewsNow(mats: readonly Mat[]): WeightView[] | null {
+  const views: WeightView[] = [];
+  for (const m of mats) {
+    const v = m.now?.();
+    if (!v) return null;
+    views.push(v);
+  }
+  return views;
+}
+
 /** The gate, up and down matrices of one gated MLP (a routed expert, as the store lends it). */
 export interface GatedMats {
   gate: Mat;
