@@ -66,6 +66,7 @@ import { Model } from '../src/model/model.js';
 import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/format.js';
+import { thpMode } from '../src/util/hugepages.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 import { runChild, serveChild } from './child.js';
 
@@ -715,6 +716,9 @@ async function main(): Promise<void> {
     const failed = failures.map((f) => `${variantName(f.gguf)}: ${f.reason}`).join('; ');
     if (used) log(`      llama.cpp GGUF: ${variantName(used)}${used === 'f16' ? ' (MLA attn_k_b / attn_v_b in F32)' : ''}${failed ? `, the fallback after ${failed}` : ''}.`);
     else log(`      llama.cpp: no rows, every GGUF variant failed (${failed}).`);
+    const thp = thpMode();
+    (report.speed as Record<string, unknown>).thp = thp;
+    log(`      transparent huge pages: ${thp ?? 'not available'}${thp && thp !== 'always' ? ' (our kernels\' memory gets 4 KiB pages; with \'always\' our bf16 decode streams faster: see src/util/hugepages.ts)' : ''}.`);
     const noisy = [...lrows, ...orows].filter((r) => [r.ppTokS, r.tgTokS].some((a) => a.length > 1 && sd(a) > 0.1 * mean(a)));
     if (noisy.length > 0) log(`      NOISY: sd above 10% of the mean in ${noisy.map((r) => `${r.engine} t=${r.threads}`).join(', ')}: something else shared the CPU; rerun on a quiet machine.`);
   }

@@ -35,11 +35,17 @@ for (const name of CASES) {
       const p = Model.plan(dir, { budget: 0, ctx: 64, chunk, maxPiece: SMALL_PIECE });
       const floor = p.floorBytes;
       const trunk = p.trunkBytes;
-      const budgets = [floor, floor + Math.floor(trunk / 2) + 3 * p.expertBytes, 2 * floor];
+      // the last: every piece pinned, split matrices (the head) batched in one dispatch (Mat.partsNow)
+      const budgets = [floor, floor + Math.floor(trunk / 2) + 3 * p.expertBytes, 2 * floor, Number.MAX_SAFE_INTEGER];
       for (const budget of budgets) {
         const r = await logitsAt(dir, budget, ids, chunk, SMALL_PIECE);
         assert.ok(sameBytes(r.logits, ref.logits), `budget ${budget}, chunk ${chunk}: logits differ`);
         assert.deepEqual(r.gen, ref.gen, `budget ${budget}, chunk ${chunk}: generated ids differ`);
+        if (budget === Number.MAX_SAFE_INTEGER) {
+          const st = r.model.store;
+          assert.equal(st.plan.pinnedPieces, st.layout.sequence.length, 'everything pinned');
+          assert.ok([...st.layout.matrices.values()].some((m) => m.pieces.length > 1), 'some matrix split into pieces');
+        }
         if (budget === floor) {
           assert.equal(r.model.store.plan.pinnedBytes, 0, 'the floor pins nothing');
           assert.ok(r.model.store.stats.trunkBytesRead > 2 * trunk, 'the floor streams the trunk every pass');

@@ -1,6 +1,7 @@
 // The WebAssembly kernels on worker threads give the bytes of the TypeScript reference, for
 // threads 1 and 2, relaxed SIMD on and off, every prefill chunk size, and a streaming budget
-// (weights read into kernel memory through the ring). Golden tolerances hold on this path too.
+// (weights read into kernel memory through the ring), and every weight resident in small pieces.
+// Golden tolerances hold on this path too.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -27,6 +28,9 @@ for (const name of CASES) {
       { threads: 2, relaxed: false, chunk: 1 },
       { threads: 1, relaxed: false, chunk: 7 },
       { threads: 2, relaxed: true, chunk: 7, budget: floor, maxPiece: 8192 },
+      // all resident in small pieces: split matrices (the head) in one dispatch of their blocks, T = 1 and T > 1
+      { threads: 2, relaxed: true, chunk: 1, maxPiece: 8192 },
+      { threads: 2, relaxed: true, chunk: 64, maxPiece: 8192 },
     ];
     for (const v of variants) {
       const m = await Model.load(dir, { ctx: 64, threads: v.threads, relaxed: v.relaxed, chunk: v.chunk, budget: v.budget, maxPiece: v.maxPiece });

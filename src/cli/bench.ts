@@ -11,6 +11,7 @@ import { census } from '../checkpoint/census.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { q7Bytes, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import { UserError } from '../util/errors.js';
+import { thpHint, thpMode } from '../util/hugepages.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and
 // text generation (tgN: N one-token forwards after a one-token prompt), tokens/s as mean ± sd
@@ -257,7 +258,7 @@ ${MODEL_HELP}`,
       }
     }
     if (values.json) {
-      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(fastCost ? { fast_cost: fastCost } : {}), ...(values.profile ? { profile: profRows } : {}) }));
+      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(fastCost ? { fast_cost: fastCost } : {}), ...(values.profile ? { profile: profRows } : {}), thp: thpMode() }));
       return 0;
     }
     const size = info ? `${(info.bytes / 2 ** 30).toFixed(2)} GiB` : '?';
@@ -280,6 +281,11 @@ ${MODEL_HELP}`,
       console.log(`| ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
       for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
       console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
+    }
+    const hint = thpHint();
+    if (hint) {
+      console.log('');
+      console.log(`note: ${hint}`);
     }
     if (cost) {
       console.log('');

@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { Command } from './command.js';
 import { estimateSpeed } from './estimate.js';
+import { thpHint, thpMode } from '../util/hugepages.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
@@ -51,6 +52,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
         max_piece_bytes: p.maxPieceBytes, expert_bytes: p.expertBytes, expert_slots: p.expertSlots, expert_cache_bytes: p.expertCacheBytes, experts_total: p.expertsTotal,
         embedding_row_bytes: p.embedRowBytes, embedding_resident_bytes: p.embedResidentBytes, from_config_only: !hasWeights,
         ...(est ? { estimate: est } : {}),
+        thp: thpMode(),
       }));
     } else {
       const row = (k: string, v: number, note = '') => `  ${k.padEnd(28)} ${formatBytes(v).padStart(12)}  ${note}`;
@@ -81,6 +83,8 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
             ? `  reads   ${est.read_seconds_per_token!.toFixed(3)} s/token: ${formatBytes(est.bytes_read_per_token)} per token at ${formatBytes(disk)}/s (this checkpoint's files; the page cache can make it optimistic)`
             : `  reads   ${formatBytes(est.bytes_read_per_token)} per token; disk not measured (config.json only), not included`,
         ].join('\n'));
+        const hint = thpHint();
+        if (hint) console.log(`  note: ${hint}`);
       }
     }
     if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor${parallel > 0 ? ` for --parallel ${parallel}` : ''}; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);

@@ -38,6 +38,14 @@ export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Pr
     c.matmul(v, x, T, y);
     return y;
   }
+  const blocks = w.partsNow?.();
+  if (blocks) {
+    // every block resident: one dispatch; one token's outputs are slices of y, several tokens' are copied in
+    const outs = T === 1 ? blocks.map(({ view, r0 }) => y.subarray(r0, r0 + view.rows)) : carve(blocks.map(({ view }) => T * view.rows));
+    c.matmulBatch(blocks.map(({ view }, i) => ({ w: view, x, T, y: outs[i]! })));
+    if (T > 1) blocks.forEach(({ view, r0 }, i) => { for (let t = 0; t < T; t++) y.set(outs[i]!.subarray(t * view.rows, (t + 1) * view.rows), t * rows + r0); });
+    return y;
+  }
   await w.parts((v, r0) => {
     if (r0 === 0 && v.rows === rows) {
       c.matmul(v, x, T, y);

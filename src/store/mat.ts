@@ -20,6 +20,10 @@ export interface Mat {
   /** Only on resident matrices: their view now, without waiting, once it has been read (null
    *  before), valid for as long as the lender lives. Saves the awaits of `whole` per product. */
   now?(): WeightView | null;
+  /** Only on matrices split into several pieces, all of them resident: their row blocks now (as
+   *  `parts` visits them), once read (null before), valid for as long as the lender lives; so
+   *  that one dispatch can take them all (the lm_head of a pinned trunk). */
+  partsNow?(): { view: WeightView; r0: number }[] | null;
 }
 
 /** Every matrix's view now (Mat.now), or null when one is not resident and read yet. */

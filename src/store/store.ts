@@ -308,6 +308,21 @@ export class WeightStore {
       held = view(m.pieces[0]!, e.buf);
       return held;
     };
+    // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
+    const allPinned = m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.plan.pinnedPieces);
+    let heldParts: { view: WeightView; r0: number }[] | null = null;
+    const partsNow = (): { view: WeightView; r0: number }[] | null => {
+      if (this.trace) return null;
+      if (heldParts) return heldParts;
+      const out: { view: WeightView; r0: number }[] = [];
+      for (const p of m.pieces) {
+        const e = this.pinned.get(p.seq);
+        if (!e?.done) return null;
+        out.push({ view: view(p, e.buf), r0: p.r0 });
+      }
+      heldParts = out;
+      return out;
+    };
     return {
       name: base,
       rows,
@@ -315,6 +330,7 @@ export class WeightStore {
       format: m.format,
       resident,
       ...(resident ? { now } : {}),
+      ...(allPinned ? { partsNow } : {}),
       async parts(fn) {
         for (const p of m.pieces) {
           const buf = await acquire(p);
