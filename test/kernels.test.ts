@@ -11,6 +11,7 @@ import { writeMatmulOp } from '../src/kernels/pool.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
+import { Chain } from '../src/kernels/chain.js';
 import { gatedActRef, type ActKind } from '../src/kernels/wasm/act.js';
 import { rmsNorm } from '../src/model/ops.js';
 
@@ -390,6 +391,52 @@ test('gatedMlpBatch: one chained dispatch (barriers between gate/up, activations
       sameBytes(y, want, `${it.gate.name} vs reference`);
     }
     k2.release(m);
+  } finally {
+    await k4.close();
+  }
+});
+
+test('a launched chain (Chain.launch): its first steps read at once, the rest in the workers while the caller works, joined by the next dispatch or join(); bytes as run(); done() keeps what was allocated meanwhile', async () => {
+  const k4 = await createKernels({ threads: 4, memoryBytes: 8 << 20, maxMemoryBytes: 256 << 20, maxCols: 4096, minWorkPerThread: 1 });
+  try {
+    const D = 96, I = 64, E = 16;
+    const router = makeWeight('f32', E, D), down = makeWeight('bf16', 48, D);
+    const mlp = { gate: makeWeight('mxfp4', I, D), up: makeWeight('mxfp4', I, D), down: makeWeight('bf16', D, I) };
+    const other = makeWeight('bf16', 40, D);
+    for (const T of [1, 5]) {
+      const x = randX(T * D), xo = randX(T * D);
+      const want = { r: new Float32Array(T * E), z: new Float32Array(T * 48), y: new Float32Array(T * D), o: new Float32Array(T * 40) };
+      k1.matmulBatch([{ w: router, x, T, y: want.r }, { w: down, x, T, y: want.z }]);
+      k1.gatedMlpBatch([{ ...mlp, x, T, y: want.y }], 'situ', 3, 8);
+      k1.matmul(other, xo, T, want.o);
+      for (const k of [k1, k2, k4]) {
+        for (let rep = 0; rep < (k === k4 ? 6 : 2); rep++) {
+          const keptBefore = Chain.kept;
+          const ch = k.chain();
+          const r = ch.matmul(router, x, T), z = ch.matmul(down, x, T);
+          const yOut = new Float32Array(T * D).fill(NaN); // outside kernel memory: filled at join
+          const [y] = ch.next().gatedMlps([{ ...mlp, x, T, y: yOut }], 'situ', 3, 8);
+          ch.launch(1);
+          sameBytes(r, want.r, `router T=${T} threads=${k.threads}, read before join`);
+          sameBytes(z, want.z, `latent T=${T} threads=${k.threads}, read before join`);
+          if (rep % 2 === 0) {
+            const o = new Float32Array(T * 40);
+            k.matmul(other, xo, T, o); // another dispatch: joins the launched one first
+            sameBytes(o, want.o, 'a dispatch made meanwhile');
+          }
+          const held = rep === 1 ? k.alloc(4096) : null; // made meanwhile and kept: done() must not free it
+          ch.join();
+          assert.equal(y, yOut);
+          sameBytes(yOut, want.y, `shared MLP T=${T} threads=${k.threads}, after join`);
+          const top = k.mark();
+          ch.done();
+          if (held) {
+            assert.equal(k.mark(), top, 'done() left the arena as it was: something allocated after the run is still held');
+            assert.equal(Chain.kept, keptBefore + 1);
+          } else assert.ok(k.mark() < top, 'done() freed the chain');
+        }
+      }
+    }
   } finally {
     await k4.close();
   }

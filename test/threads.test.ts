@@ -77,7 +77,7 @@ test('a released state is cleared and reused by newState(): same bytes as a fres
   }
 });
 
-test('resident blocks run as chained dispatches: a decode token makes one chain per FFN and per bounded-gate KDA layer', async () => {
+test('resident blocks run as chained dispatches: a decode token makes one chain per FFN, per MoE head with a shared expert (launched before routing) and per bounded-gate KDA layer', async () => {
   const { Kernels } = await import('../src/kernels/fast.js');
   const inner = Kernels.prototype.chain;
   let chains = 0;
@@ -96,7 +96,8 @@ test('resident blocks run as chained dispatches: a decode token makes one chain 
         await m.forward(st, [4], 'last');
         const cfg = m.config;
         const kda = cfg.kda && cfg.kda.gateLowerBound !== null ? cfg.layers.filter((L) => L.attn === 'kda').length : 0;
-        assert.equal(chains, kda + cfg.numLayers, `${name}: chained dispatches in a decode token`);
+        const heads = cfg.moe.shared > 0 ? cfg.layers.filter((L) => L.ffn === 'moe').length : 0;
+        assert.equal(chains, kda + cfg.numLayers + heads, `${name}: chained dispatches in a decode token`);
       } finally {
         await m.close();
       }

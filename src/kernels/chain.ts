@@ -45,7 +45,10 @@ export interface ChainPort {
   /** A KDA block's parameter block (Kernels.kdaBlock's arguments, y in kernel memory): its offset and work. */
   kdaParams(a: KdaBlockArgs): { pb: number; macs: number };
   threadsFor(macs: number): number;
-  run(nops: number, nth: number, bucket: ProfileBucket): void;
+  /** Pool.run: every step, or (`steps`) a launch that returns after the first steps. */
+  run(nops: number, nth: number, bucket: ProfileBucket, steps?: number): void;
+  /** Pool.join: the rest of a launched dispatch. */
+  join(): void;
   /** Time a whole call into the profile's dispatch bucket (as the other entry points do). */
   timed(fn: () => void): void;
 }
@@ -76,6 +79,10 @@ export class Chain {
   private macs = 0;
   private experts = false;
   private ran = false;
+  /** Launched and not joined yet. */
+  private launched = false;
+  /** The arena's top once the chain was run (-1 before). */
+  private top = -1;
 
   constructor(private readonly k: ChainPort) {
     this.mark = k.mark();
@@ -206,26 +213,41 @@ export class Chain {
 
   /** Run every step (in as many dispatches as the control block needs: a cut is a barrier too), then fill the outputs outside kernel memory. */
   run(): void {
+    this.launch(Infinity);
+    this.join();
+  }
+
+  /**
+   * Run the first `steps` steps (next() separates them) with every thread and return, leaving
+   * the rest to the workers while the caller does other work: the arrays the first steps write
+   * may be read at once, the others after join(). Any other dispatch on these kernels joins
+   * first, and so does done(). Allocations the caller makes meanwhile must not outlive the chain
+   * (done() frees everything above its start). A chain too long for one dispatch runs whole.
+   */
+  launch(steps: number): void {
     if (this.ran) throw new Error('chain: run() twice');
     this.ran = true;
     this.k.timed(() => {
       const list: Writer[] = [];
-      for (const s of this.steps) {
+      let poolSteps = 0; // the pool's steps (a step's preps are one of their own) within the first `steps`
+      this.steps.forEach((s, i) => {
         if (s.preps.length) list.push(...s.preps, BARRIER);
         if (s.ops.length) list.push(...s.ops, BARRIER);
-      }
+        if (i < steps) poolSteps += (s.preps.length ? 1 : 0) + (s.ops.length ? 1 : 0);
+      });
       const nth = this.k.threadsFor(this.macs);
       const bucket: ProfileBucket = this.experts ? 'experts' : 'matmul';
       const ctrl = this.k.ctrl;
+      const one = list.length - 1 < this.k.maxOps; // (the last barrier is not written)
       let n = 0, lastBarrier = false;
-      const flush = (): void => {
+      const flush = (last: boolean): void => {
         if (lastBarrier) n--; // (a dispatch's end is a barrier)
-        if (n > 0) this.k.run(n, nth, bucket);
+        if (n > 0) this.k.run(n, nth, bucket, last && one ? poolSteps : Infinity);
         n = 0;
         lastBarrier = false;
       };
       for (const wr of list) {
-        if (n === this.k.maxOps) flush();
+        if (n === this.k.maxOps) flush(false);
         if (wr === BARRIER) {
           if (n === 0) continue;
           writeFusedOp(ctrl, n, OP_BARRIER, [], 0, 0);
@@ -233,16 +255,39 @@ export class Chain {
         lastBarrier = wr === BARRIER;
         n++;
       }
-      flush();
+      flush(true);
+      this.launched = true;
+      this.top = this.k.mark();
+    });
+  }
+
+  /** The rest of a launched chain, then its outputs outside kernel memory filled. */
+  join(): void {
+    if (!this.launched) return;
+    this.launched = false;
+    this.k.timed(() => {
+      this.k.join();
       const mem = this.k.mem();
       for (const c of this.copies) c.y.set(new Float32Array(mem, c.off, c.n));
     });
   }
 
-  /** Free the chain's arena arrays (every array alloc() and matmul() returned). */
+  /**
+   * Free the chain's arena arrays (every array alloc() and matmul() returned), after the rest of a
+   * launch. Something allocated since the run and still held (a weight buffer made meanwhile) would
+   * be freed too: then the chain's arrays are left in place instead (counted in `kept`).
+   */
   done(): void {
-    this.k.release(this.mark);
+    try {
+      this.join();
+    } finally {
+      if (this.top < 0 || this.k.mark() <= this.top) this.k.release(this.mark);
+      else Chain.kept++;
+    }
   }
+
+  /** Chains whose arrays done() left in place (see done). */
+  static kept = 0;
 
   private get cur(): { preps: Writer[]; ops: Writer[] } {
     return this.steps[this.steps.length - 1]!;

@@ -871,10 +871,11 @@ export class Kernels {
       stageOp: (src, T, w) => this.stagePrepOp(src, T, this.resolve(w)),
       kdaParams: (a) => this.kdaParams(a),
       threadsFor: (macs) => this.threadsFor(macs),
-      run: (nops, nth, bucket) => {
-        if (this.prof) this.runPool(nops, nth, bucket);
-        else this.pool.run(nops, nth);
+      run: (nops, nth, bucket, steps) => {
+        if (this.prof) this.runPool(nops, nth, bucket); // (timed whole: no launch)
+        else this.pool.run(nops, nth, steps);
       },
+      join: () => this.pool.join(),
       timed: (fn) => this.timedCall(fn),
     });
   }

@@ -148,16 +148,21 @@ function bind(ex: KernelExports): Bound {
   return b;
 }
 
-/** Claim the next piece of op i's range (ends at hi): its start, or hi when none is left. The
- *  piece is a 1/(2n) share of what is left, at least `min`, in multiples of `gran`. */
-function claim(ctrl: Int32Array, i: number, hi: number, nth: number, min: number, gran: number): [number, number] {
+/** Where the last claim's piece starts (claim returns its end): no array per claim, a few
+ *  thousand of which a decode token makes. */
+let claimedFrom = 0;
+
+/** Claim the next piece of op i's range (ends at hi): its end, its start in claimedFrom (both hi
+ *  when none is left). The piece is a 1/(2n) share of what is left, at least `min`, in multiples of `gran`. */
+function claim(ctrl: Int32Array, i: number, hi: number, nth: number, min: number, gran: number): number {
   for (;;) {
     const a = Atomics.load(ctrl, CLAIMS + i);
-    if (a >= hi) return [hi, hi];
+    claimedFrom = a >= hi ? hi : a;
+    if (a >= hi) return hi;
     let c = Math.max(min, Math.ceil((hi - a) / (2 * nth)));
     c = Math.ceil(c / gran) * gran;
     const b = Math.min(hi, a + c);
-    if (Atomics.compareExchange(ctrl, CLAIMS + i, a, b) === a) return [a, b];
+    if (Atomics.compareExchange(ctrl, CLAIMS + i, a, b) === a) return b;
   }
 }
 
@@ -210,12 +215,13 @@ function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: numb
  *  dispatch of unlike products (the shared expert's rows, bound by memory bandwidth, next to
  *  routed experts, bound by arithmetic) the threads start on different kinds and overlap them;
  *  each op is still claimed to its end, so which thread runs a row never matters. */
-function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: number): unknown {
+function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: number, steps = Infinity): unknown {
   const B = bind(ex);
   const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!;
   let err: unknown = null;
   let end = 0; // DONE once every step so far is finished
-  for (let p0 = 0; p0 < nops;) {
+  leftEarly = false;
+  for (let p0 = 0, s = 0; p0 < nops; s++) {
     let p1 = p0;
     while (p1 < nops && ctrl[LIVE + p1 * OP_WORDS] !== OP_BARRIER) {
       const r = rangeWord(ctrl, LIVE + p1 * OP_WORDS);
@@ -225,9 +231,16 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
     err = runStep(B, ctrl, scratch, tid, nth, p0, p1) ?? err;
     if (p1 < nops) while (Atomics.load(ctrl, DONE) < end) { /* spin: the other threads' last pieces of this step */ }
     p0 = p1 + 1;
+    if (s + 1 >= steps && p0 < nops) {
+      leftEarly = true; // (Pool.run's launch: the rest is the workers' until join)
+      break;
+    }
   }
   return err;
 }
+
+/** Set by runClaims when it left after its first `steps` steps with more to come. */
+let leftEarly = false;
 
 /** runClaims for the ops [p0, p1) of one step. */
 function runStep(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
@@ -243,7 +256,7 @@ function runStep(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: 
     // matmul pieces: an even number of rows (the tiled kernel takes rows in pairs), enough work each
     const min = mm ? Math.max(2, Math.ceil(MIN_PIECE_MACS / Math.max(1, ctrl[o + 6]! * ctrl[o + 8]!))) : 1;
     for (;;) {
-      const [a, b] = claim(ctrl, i, hi, nth, min, mm ? 2 : 1);
+      const b = claim(ctrl, i, hi, nth, min, mm ? 2 : 1), a = claimedFrom;
       if (a >= b) break;
       try {
         runPiece(B, ctrl, o, kind, a, b, scratch);
@@ -366,12 +379,19 @@ export class Pool {
     return new Pool(ctrl, workers, ex, scratch[0]!, spin.main);
   }
 
+  /** A dispatch left to the workers after the calling thread's steps (run's `steps`), until join(). */
+  private launched: { total: number } | null = null;
+
   /**
    * Run the `nops` ops already written into the control block on `nth` threads (1 = main thread
-   * only, no workers woken). Synchronous: returns when every share is done.
+   * only, no workers woken). Synchronous: returns when every share is done; or, with `steps`, a
+   * launch: returns once the first `steps` steps are done (their outputs may be read), the rest
+   * going on in the workers while the caller does other work, until join(). Every run, and
+   * close(), joins a launched dispatch first. Which thread runs a row never changes a number.
    */
-  run(nops: number, nth: number): void {
+  run(nops: number, nth: number, steps = Infinity): void {
     if (this.closed) throw new Error('kernel pool is closed');
+    this.join();
     const c = this.ctrl;
     nth = Math.max(1, Math.min(nth, this.size));
     if (nth === 1) {
@@ -390,7 +410,29 @@ export class Pool {
     const total = stage(c, nops);
     Atomics.add(c, SEQ, 1); // odd: published
     if (Atomics.load(c, SLEEPERS) !== 0) Atomics.notify(c, SEQ);
-    const err = runClaims(this.ex, c, this.mainScratch, 0);
+    let err = runClaims(this.ex, c, this.mainScratch, 0, steps);
+    if (leftEarly) {
+      if (!err) {
+        this.launched = { total };
+        return;
+      }
+      err = runClaims(this.ex, c, this.mainScratch, 0) ?? err; // a step failed: no launch, the rest now
+    }
+    this.finish(total, err);
+  }
+
+  /** Finish a launched dispatch (run with `steps`): the calling thread claims what is left of it
+   *  and waits for the rest. Nothing to do when none is under way. */
+  join(): void {
+    const l = this.launched;
+    if (!l) return;
+    this.launched = null;
+    this.finish(l.total, runClaims(this.ex, this.ctrl, this.mainScratch, 0));
+  }
+
+  /** Wait until DONE reaches `total` (the workers' last pieces), then report a failure. */
+  private finish(total: number, err: unknown): void {
+    const c = this.ctrl;
     const tw = this.timed ? performance.now() : 0;
     for (;;) {
       let d = Atomics.load(c, DONE);
@@ -408,6 +450,11 @@ export class Pool {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    try {
+      this.join();
+    } catch {
+      // closing anyway: the failure was the launched dispatch's, and nobody reads its outputs now
+    }
     this.closed = true;
     Atomics.store(this.ctrl, QUIT, 1);
     Atomics.add(this.ctrl, SEQ, 1);

@@ -42,14 +42,26 @@ export interface ExpertFetch {
    * guessing costs no weight read (its router is resident); null otherwise.
    */
   next(): Promise<{ gate: Mat; bias: Float32Array; guess(ids: number[]): void } | null>;
+  /** Whether lending experts may allocate weight memory (a slot's first use, a piece's first read). */
+  mayAllocate?(): boolean;
 }
 
 /** MoE(x) for T rows of x [T, D]; returns [T, D]. */
 export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
+  // (not while lending may allocate weight memory: it would lie inside the launched chain)
+  const head = fetch.mayAllocate?.() === false ? moeHeadChained(c, p, w, x, T) : null;
+  try {
+    return await moeRest(c, p, w, x, T, fetch, head);
+  } finally {
+    head?.done();
+  }
+}
+
+async function moeRest(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch, head: MoeHead | null): Promise<Float32Array> {
   const D = w.gate.cols;
-  // Router logits and (K3) the latent z = W_down x both read x: one batch. The routed experts act
-  // on z (K3) or on x (plain MoE); the router always reads x.
-  const [logits, zl] = await linearMany(c, w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
+  // Router logits and (K3) the latent z = W_down x both read x: one batch (or the head chain's
+  // first step). The routed experts act on z (K3) or on x (plain MoE); the router always reads x.
+  const [logits, zl] = head ? [head.logits, head.z] : await linearMany(c, w.latent ? [{ m: w.gate, x, T }, { m: w.latent.down, x, T }] : [{ m: w.gate, x, T }]);
   const routing = route(p, logits!, w.bias, T);
   const z = zl ?? x;
   const zw = w.latent ? w.latent.down.rows : D;
@@ -69,8 +81,8 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   // The shared expert: now, while reads are in flight; else (every expert in memory) in the
   // first batch's dispatches, where its products (bound by memory bandwidth) and the routed ones
   // (bound by arithmetic) share the threads. Its numbers are the same either way.
-  let sharedLater = w.shared !== null && lend.ready === true;
-  let s = w.shared && !sharedLater ? await gatedMlp(c, w.shared, x, T, p.act) : null;
+  let sharedLater = !head && w.shared !== null && lend.ready === true;
+  let s = w.shared && !head && !sharedLater ? await gatedMlp(c, w.shared, x, T, p.act) : null;
 
   // Per (token, slot) expert outputs, then summed per token in router order.
   const outOf = new Map<number, Float32Array>(); // key t*topK+j -> [zw]
@@ -100,7 +112,11 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
       });
     });
   });
-  if (chained) return chained;
+  if (head) s = head.shared();
+  if (chained) {
+    if (s) addInPlace(chained, s); // (moeTailChained's own order: the shared expert's output added last)
+    return chained;
+  }
   if (sharedLater) s = await gatedMlp(c, w.shared!, x, T, p.act); // (nothing was lent)
   const routed = new Float32Array(T * zw);
   for (let t = 0; t < T; t++) {
@@ -116,6 +132,46 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Flo
   }
   if (s) addInPlace(out, s);
   return out;
+}
+
+/** The head chain's outputs (moeHeadChained): arena arrays, valid until done(). */
+interface MoeHead {
+  logits: Float32Array;
+  z: Float32Array | null;
+  /** The shared expert's output, once the workers have finished it (Chain.join). */
+  shared(): Float32Array;
+  done(): void;
+}
+
+/**
+ * The block's products that read only x, as one chained dispatch launched before routing
+ * (Chain.launch): the router logits and (K3) the latent z in its first step, which every thread
+ * runs; the shared expert then goes on in the workers while this thread routes, starts the
+ * experts' reads and stages their chain (JavaScript that runs cold after the weight streams, and
+ * that the workers otherwise sat out), until the next dispatch joins it. Where experts are read,
+ * the shared expert still overlaps the reads. Same bytes: each product is the canonical dot
+ * wherever it runs, and the shared output is added where it was. Null (the step-by-step path)
+ * without kernels, without a shared expert, or when a weight is not resident.
+ */
+function moeHeadChained(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number): MoeHead | null {
+  if (!c.group || !w.shared) return null;
+  const views = viewsNow([w.gate, ...(w.latent ? [w.latent.down] : []), w.shared.gate, w.shared.up, w.shared.down]);
+  if (!views) return null;
+  // the latent norm the tail chain uses, placed now: a chain frees what is allocated after its start
+  if (w.latent?.norm && !c.placedNear(views[0]!.data, [w.latent.norm])) return null;
+  const ch = c.chainFor(views);
+  if (!ch) return null;
+  try {
+    const logits = ch.matmul(views[0]!, x, T);
+    const z = w.latent ? ch.matmul(views[1]!, x, T) : null;
+    const k = views.length - 3;
+    const [y] = ch.next().gatedMlps([{ gate: views[k]!, up: views[k + 1]!, down: views[k + 2]!, x, T }], p.act.kind, p.act.situBeta, p.act.kind === 'situ' ? p.act.situLinearBeta : null);
+    ch.launch(1);
+    return { logits, z, shared: () => (ch.join(), y!), done: () => ch.done() };
+  } catch (e) {
+    ch.done();
+    throw e;
+  }
 }
 
 /**

@@ -93,6 +93,7 @@ export async function moeWeights(store: WeightStore, cfg: ModelConfig, l: number
 export function expertFetch(store: WeightStore, cfg: ModelConfig, l: number): ExpertFetch {
   return {
     begin: (ids) => store.beginExperts(l, ids),
+    mayAllocate: () => !store.buffersMade,
     async next() {
       const n = store.lookaheadLayer(l);
       if (n === null) return null;

@@ -477,7 +477,23 @@ export class WeightStore {
     return { gate: mats[0]!, up: mats[1]!, down: mats[2]! };
   }
 
+  /**
+   * Every weight buffer the plan holds is made: each pinned piece and each expert slot (both made
+   * on first use). From then on a forward pass allocates no weight memory, so nothing it allocates
+   * can land inside a kernel chain launched meanwhile (moe.ts moeHeadChained), which frees what
+   * lies above its start.
+   */
+  get buffersMade(): boolean {
+    return this.pinned.size >= this.plan.pinnedPieces && this.slots.length >= this.plan.expertSlots;
+  }
+
   private slot(i: number): Uint8Array {
+    if (this.slots.length === 0 && i === 0) {
+      // Every slot of the plan at the first one's use (planned memory; pages nobody wrote cost no
+      // RSS): no later step allocates expert memory (buffersMade). Slots are handed out in order.
+      for (let k = 0; k < this.plan.expertSlots; k++) this.slots.push(this.alloc(this.layout.expertBytes));
+      for (let k = this.plan.expertSlots - 1; k > 0; k--) this.freeSlots.push(k);
+    }
     let s = this.slots[i];
     if (!s) {
       s = this.alloc(this.layout.expertBytes);
