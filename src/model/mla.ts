@@ -180,6 +180,7 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
   const qLat = new Float32Array(H * Lk);
   const oLat = new Float32Array(H * Lk);
   const scoreBuf = new Float32Array(H * (p0 + T));
+  const ex = new Float64Array(p0 + T); // one head's exp(score - max), each computed once
   for (let t = 0; t < T; t++) {
     const pos = p0 + t;
     const n = pos + 1;
@@ -195,8 +196,8 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
       let max = -Infinity;
       for (let s = 0; s < n; s++) if (sc[b + s]! > max) max = sc[b + s]!;
       let Z = 0;
-      for (let s = 0; s < n; s++) Z += Math.exp(sc[b + s]! - max);
-      for (let s = 0; s < n; s++) sc[b + s] = Math.exp(sc[b + s]! - max) / Z;
+      for (let s = 0; s < n; s++) Z += ex[s] = Math.exp(sc[b + s]! - max);
+      for (let s = 0; s < n; s++) sc[b + s] = ex[s]! / Z;
     }
     if (!c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
     // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv), the heads' products in one dispatch
