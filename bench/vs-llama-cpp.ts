@@ -690,19 +690,34 @@ async function main(): Promise<void> {
     const rows = [...lrows, ...orows, ...frows].map((r) => [r.engine, r.gguf ? variantName(r.gguf) : 'checkpoint', String(r.threads), `pp${r.pp}`, fmt(r.ppTokS), `tg${r.tg}`, fmt(r.tgTokS)]);
     log('');
     log(table(['engine', 'weights', 'threads', 'prompt', 'tok/s', 'decode', 'tok/s'], rows));
-    const ratios: { threads: number; oursThreads: number; pp: number; tg: number; fastTg?: number }[] = [];
+    // Each round's ratio (its samples follow the round order), then their median: the engines
+    // take turns, so a ratio within a round compares them under the same load, and a round that a
+    // noisy neighbour slowed moves the median little.
+    const nl = perRound(reps), no = perRound(oursReps);
+    const roundMedian = (o: number[], l: number[]): number => {
+      const rs: number[] = [];
+      for (let k = 0; (k + 1) * no <= o.length && (k + 1) * nl <= l.length; k++) rs.push(mean(o.slice(k * no, (k + 1) * no)) / mean(l.slice(k * nl, (k + 1) * nl)));
+      rs.sort((a, b) => a - b);
+      return rs.length === 0 ? NaN : rs.length % 2 ? rs[(rs.length - 1) / 2]! : (rs[rs.length / 2 - 1]! + rs[rs.length / 2]!) / 2;
+    };
+    const ratios: { threads: number; oursThreads: number; pp: number; tg: number; fastTg?: number; ppRounds: number; tgRounds: number; fastTgRounds?: number }[] = [];
     for (const l of lrows) {
       const o = orows.find((r) => r.threads === l.threads) ?? orows[0];
       if (!o) continue;
       const f = frows.find((r) => r.threads === o.threads);
-      ratios.push({ threads: l.threads, oursThreads: o.threads, pp: mean(o.ppTokS) / mean(l.ppTokS), tg: mean(o.tgTokS) / mean(l.tgTokS), ...(f ? { fastTg: mean(f.tgTokS) / mean(l.tgTokS) } : {}) });
+      ratios.push({
+        threads: l.threads, oursThreads: o.threads, pp: mean(o.ppTokS) / mean(l.ppTokS), tg: mean(o.tgTokS) / mean(l.tgTokS), ...(f ? { fastTg: mean(f.tgTokS) / mean(l.tgTokS) } : {}),
+        ppRounds: roundMedian(o.ppTokS, l.ppTokS), tgRounds: roundMedian(o.tgTokS, l.tgTokS), ...(f ? { fastTgRounds: roundMedian(f.tgTokS, l.tgTokS) } : {}),
+      });
     }
     (report.speed as Record<string, unknown>).ratios = ratios;
+    const x = (v: number | undefined) => (v === undefined || Number.isNaN(v) ? '-' : `${v.toFixed(3)}x`);
     log('');
     log(table(
       ['llama.cpp threads', 'ours threads', 'prompt ours/llama.cpp', 'decode ours/llama.cpp', ...(frows.length ? ['decode ours --fast/llama.cpp'] : [])],
-      ratios.map((r) => [String(r.threads), String(r.oursThreads), `${r.pp.toFixed(3)}x`, `${r.tg.toFixed(3)}x`, ...(frows.length ? [r.fastTg === undefined ? '-' : `${r.fastTg.toFixed(3)}x`] : [])]),
+      ratios.map((r) => [String(r.threads), String(r.oursThreads), `${x(r.pp)} (rounds ${x(r.ppRounds)})`, `${x(r.tg)} (rounds ${x(r.tgRounds)})`, ...(frows.length ? [`${x(r.fastTg)} (rounds ${x(r.fastTgRounds)})`] : [])]),
     ));
+    if (rounds > 1) log(`(ratio of the means over all reps; in parentheses the median of the ${rounds} rounds' ratios, each round running the engines back to back)`);
     const scale = (rs: SpeedRow[]) => {
       const a = rs.find((r) => r.threads === 1), b = rs.find((r) => r.threads === 2);
       return a && b ? (mean(b.tgTokS) / mean(a.tgTokS)).toFixed(2) + 'x' : null;
