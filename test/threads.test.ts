@@ -22,6 +22,8 @@ for (const name of CASES) {
     const want = await ref.forward(ref.newState(), ids, 'all');
     await ref.close();
     const floor = Model.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
+    const p1 = Model.plan(dir, { budget: 0, ctx: 64, chunk: 1 });
+    const pinnedTrunk = p1.floorBytes + p1.trunkBytes + 8 * p1.expertBytes; // experts read while the MoE head chain runs
     const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number }[] = [
       { threads: 1, relaxed: true, chunk: 64 },
       { threads: 2, relaxed: true, chunk: 64 },
@@ -31,6 +33,8 @@ for (const name of CASES) {
       // all resident in small pieces: split matrices (the head) in one dispatch of their blocks, T = 1 and T > 1
       { threads: 2, relaxed: true, chunk: 1, maxPiece: 8192 },
       { threads: 2, relaxed: true, chunk: 64, maxPiece: 8192 },
+      // the trunk pinned, a few expert slots: one token at a time, the MoE head launched while experts are read
+      { threads: 2, relaxed: true, chunk: 1, budget: pinnedTrunk },
     ];
     for (const v of variants) {
       const m = await Model.load(dir, { ctx: 64, threads: v.threads, relaxed: v.relaxed, chunk: v.chunk, budget: v.budget, maxPiece: v.maxPiece });
