@@ -157,12 +157,14 @@ let claimedFrom = 0;
 function claim(ctrl: Int32Array, i: number, hi: number, nth: number, min: number, gran: number): number {
   for (;;) {
     const a = Atomics.load(ctrl, CLAIMS + i);
-    claimedFrom = a >= hi ? hi : a;
-    if (a >= hi) return hi;
+    if (a >= hi) return (claimedFrom = hi);
     let c = Math.max(min, Math.ceil((hi - a) / (2 * nth)));
     c = Math.ceil(c / gran) * gran;
     const b = Math.min(hi, a + c);
-    if (Atomics.compareExchange(ctrl, CLAIMS + i, a, b) === a) return b;
+    if (Atomics.compareExchange(ctrl, CLAIMS + i, a, b) === a) {
+      claimedFrom = a;
+      return b;
+    }
   }
 }
 
@@ -410,13 +412,13 @@ export class Pool {
     const total = stage(c, nops);
     Atomics.add(c, SEQ, 1); // odd: published
     if (Atomics.load(c, SLEEPERS) !== 0) Atomics.notify(c, SEQ);
-    let err = runClaims(this.ex, c, this.mainScratch, 0, steps);
+    const err = runClaims(this.ex, c, this.mainScratch, 0, steps);
     if (leftEarly) {
       if (!err) {
         this.launched = { total };
         return;
       }
-      err = runClaims(this.ex, c, this.mainScratch, 0) ?? err; // a step failed: no launch, the rest now
+      runClaims(this.ex, c, this.mainScratch, 0); // a step failed: no launch, the rest now (its first error reported)
     }
     this.finish(total, err);
   }

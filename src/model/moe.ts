@@ -11,7 +11,7 @@
 
 import { viewsNow, type Mat } from '../store/mat.js';
 import type { Compute } from '../kernels/dispatch.js';
-import { addInPlace, gatedMlp, gatedMlpMany, linear, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
+import { addInPlace, gatedMlp, gatedMlpMany, linear, linearBeta, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
 import { route, type RouterConfig, type Routing } from './router.js';
 import type { WeightView } from '../formats/weight.js';
 
@@ -165,7 +165,7 @@ function moeHeadChained(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array
     const logits = ch.matmul(views[0]!, x, T);
     const z = w.latent ? ch.matmul(views[1]!, x, T) : null;
     const k = views.length - 3;
-    const [y] = ch.next().gatedMlps([{ gate: views[k]!, up: views[k + 1]!, down: views[k + 2]!, x, T }], p.act.kind, p.act.situBeta, p.act.kind === 'situ' ? p.act.situLinearBeta : null);
+    const [y] = ch.next().gatedMlps([{ gate: views[k]!, up: views[k + 1]!, down: views[k + 2]!, x, T }], p.act.kind, p.act.situBeta, linearBeta(p.act));
     ch.launch(1);
     return { logits, z, shared: () => (ch.join(), y!), done: () => ch.done() };
   } catch (e) {
@@ -200,7 +200,7 @@ function moeTailChained(c: Compute, p: MoeParams, w: MoeWeights, batch: readonly
       const toks = users.get(batch[k - (withShared ? 1 : 0)]!.expert)!;
       return { gate: v(3 * k), up: v(3 * k + 1), down: v(3 * k + 2), x: T === 1 ? z : gatherRows(z, toks, zw), T: toks.length };
     });
-    const ys = ch.gatedMlps(items, p.act.kind, p.act.situBeta, p.act.kind === 'situ' ? p.act.situLinearBeta : null);
+    const ys = ch.gatedMlps(items, p.act.kind, p.act.situBeta, linearBeta(p.act));
     const slot = new Map(batch.map((e, k) => [e.expert, ys[k + (withShared ? 1 : 0)]!]));
     const rows: Float32Array[] = [];
     const wts = new Float32Array(T * K);

@@ -43,7 +43,7 @@ export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Pr
     // every block resident: one dispatch; one token's outputs are slices of y, several tokens' are copied in
     const outs = T === 1 ? blocks.map(({ view, r0 }) => y.subarray(r0, r0 + view.rows)) : carve(blocks.map(({ view }) => T * view.rows));
     c.matmulBatch(blocks.map(({ view }, i) => ({ w: view, x, T, y: outs[i]! })));
-    if (T > 1) blocks.forEach(({ view, r0 }, i) => { for (let t = 0; t < T; t++) y.set(outs[i]!.subarray(t * view.rows, (t + 1) * view.rows), t * rows + r0); });
+    if (T > 1) blocks.forEach(({ view, r0 }, i) => placeBlock(y, rows, outs[i]!, view.rows, r0, T));
     return y;
   }
   await w.parts((v, r0) => {
@@ -53,9 +53,14 @@ export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Pr
     }
     const part = new Float32Array(T * v.rows);
     c.matmul(v, x, T, part);
-    for (let t = 0; t < T; t++) y.set(part.subarray(t * v.rows, (t + 1) * v.rows), t * rows + r0);
+    placeBlock(y, rows, part, v.rows, r0, T);
   });
   return y;
+}
+
+/** A row block's outputs [T, n] into y [T, rows] at column r0. */
+function placeBlock(y: Float32Array, rows: number, part: Float32Array, n: number, r0: number, T: number): void {
+  for (let t = 0; t < T; t++) y.set(part.subarray(t * n, (t + 1) * n), t * rows + r0);
 }
 
 /**
@@ -105,11 +110,16 @@ export interface Activation {
   situLinearBeta: number | null;
 }
 
+/** The kernels' cap on up (βl): SiTU's linear beta, none for SiLU. */
+export function linearBeta(act: Activation): number | null {
+  return act.kind === 'situ' ? act.situLinearBeta : null;
+}
+
 /** gatedAct of several (gate, up) pairs in one kernel dispatch; each output as gatedAct gives it. */
 export function gatedActMany(c: Compute, pairs: readonly (readonly [Float32Array, Float32Array])[], act: Activation): Float32Array[] {
   const outs = carve(pairs.map(([gate]) => gate.length));
   const items = pairs.map(([gate, up], k) => ({ gate, up, out: outs[k]! }));
-  c.gatedActBatch(items, act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null);
+  c.gatedActBatch(items, act.kind, act.situBeta, linearBeta(act));
   return items.map((i) => i.out);
 }
 
@@ -118,8 +128,7 @@ export function gatedAct(c: Compute, gate: Float32Array, up: Float32Array, act: 
   // are the shared numerics of the activation kernels (Compute.gatedAct: WebAssembly or its
   // reference, the same bytes).
   const out = new Float32Array(gate.length);
-  const bl = act.kind === 'situ' ? act.situLinearBeta : null;
-  c.gatedAct(gate, up, out, act.kind, act.situBeta, bl);
+  c.gatedAct(gate, up, out, act.kind, act.situBeta, linearBeta(act));
   return out;
 }
 
@@ -156,7 +165,7 @@ function chainedMlps(c: Compute, items: readonly GatedMlpItem[], act: Activation
   if (!ch) return null;
   try {
     const ys = carve(items.map(({ w, T }) => T * w.down.rows));
-    ch.gatedMlps(items.map(({ x, T }, k) => ({ gate: views![3 * k]!, up: views![3 * k + 1]!, down: views![3 * k + 2]!, x, T, y: ys[k]! })), act.kind, act.situBeta, act.kind === 'situ' ? act.situLinearBeta : null);
+    ch.gatedMlps(items.map(({ x, T }, k) => ({ gate: views![3 * k]!, up: views![3 * k + 1]!, down: views![3 * k + 2]!, x, T, y: ys[k]! })), act.kind, act.situBeta, linearBeta(act));
     ch.run();
     return ys;
   } finally {
