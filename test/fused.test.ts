@@ -12,6 +12,8 @@ import { kdaRecurStep } from '../src/model/kda.js';
 import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
 import { SequenceState } from '../src/model/state.js';
 import { attnResMix } from '../src/model/attnres.js';
+import { blockInput, chainInput, type BlockInput } from '../src/model/block-input.js';
+import { REF_COMPUTE } from '../src/kernels/dispatch.js';
 import { Model } from '../src/model/model.js';
 import { GOLDEN, xorshift } from './helpers.js';
 
@@ -222,6 +224,38 @@ test('Attention Residuals mix: WebAssembly (tokens split over 1 and 2 threads) =
       for (const k of ks) {
         const got = k.attnResMix(cands, T, D, fold, 1e-6);
         assert.deepEqual(new Uint32Array(got.buffer, got.byteOffset, got.length), new Uint32Array(want.buffer), `T=${T} D=${D} m=${m} threads=${k.threads}`);
+      }
+    }
+  } finally {
+    await Promise.all(ks.map((k) => k.close()));
+  }
+});
+
+test('a block input in a chain (attnres_norm: AttnRes mix with Math.exp, then RMSNorm) == blockInput (attnResMix, rmsNorm), bytes, 1 and 2 threads', async () => {
+  const rnd = xorshift(0x1badd);
+  const ks = [await createKernels({ threads: 1 }), await createKernels({ threads: 2, minWorkPerThread: 1 })];
+  try {
+    for (const [T, D, m, mix] of [[1, 2048, 4, true], [1, 64, 1, false], [3, 96, 2, true], [5, 36, 7, true], [64, 256, 3, true], [2, 40, 1, false]] as const) {
+      // candidates of very different scales (softmax weights far from uniform, some exp underflowing)
+      const cands = Array.from({ length: m }, (_, i) => Float32Array.from({ length: T * D }, () => (rnd() - 0.5) * 8 ** (i - 1)));
+      const fold = Float32Array.from({ length: D }, () => (rnd() - 0.5) * 40);
+      const norm = Float32Array.from({ length: D }, () => rnd() + 0.5);
+      const x: BlockInput = { cands, fold: mix ? fold : null, mixEps: 1e-6, norm, normEps: 1e-5, T, D };
+      const want = blockInput(REF_COMPUTE, x);
+      for (const k of ks) {
+        const placed = [...(mix ? [fold] : []), norm].map((v) => {
+          const a = k.allocF32(v.length); // (constants in kernel memory, placed before the chain)
+          a.set(v);
+          return a;
+        });
+        const ch = k.chain();
+        try {
+          const got = chainInput(ch, x, placed);
+          ch.run();
+          assert.deepEqual(new Uint32Array(got.slice().buffer), new Uint32Array(want.buffer), `T=${T} D=${D} m=${m} mix=${mix} threads=${k.threads}`);
+        } finally {
+          ch.done();
+        }
       }
     }
   } finally {

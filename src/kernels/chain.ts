@@ -12,7 +12,7 @@
 import type { WeightView } from '../formats/weight.js';
 import type { ActKind } from './wasm/act.js';
 import type { KdaBlockArgs } from './wasm/kda-block.js';
-import { OP_ACT, OP_BARRIER, OP_KDA_BLOCK, OP_MOE_COMBINE, writeFusedOp, writeMatmulOp } from './pool.js';
+import { OP_ACT, OP_ATTNRES_NORM, OP_BARRIER, OP_KDA_BLOCK, OP_MOE_COMBINE, writeFusedOp, writeMatmulOp } from './pool.js';
 import type { ProfileBucket } from './profile.js';
 
 /** A product's weight as the kernels address it (Kernels.resolve). */
@@ -199,6 +199,36 @@ export class Chain {
     const ctrl = this.k.ctrl;
     this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], 0, T));
     this.macs += T * K * zw + (norm ? 2 * T * zw : 0);
+    return out;
+  }
+
+  /**
+   * A block's input as one op of the current step (wasm/fused.ts attnres_norm; the reference is
+   * blockInput in src/model/block-input.ts): per token, the AttnRes mix of `cands` (the snapshots,
+   * then the current stream, each [T, D]) with `fold`, or `cands[0]` itself when fold is null, then
+   * RMSNorm with `norm`. fold and norm are constants in kernel memory (placed before the chain);
+   * candidates outside it are copied in now. Returns the normalized input, a new arena array [T, D].
+   */
+  attnResNorm(cands: readonly Float32Array[], fold: Float32Array | null, mixEps: number, norm: Float32Array, normEps: number, T: number, D: number): Float32Array {
+    const m = cands.length;
+    if (m === 0 || (!fold && m !== 1)) throw new RangeError(`attnres norm: ${m} candidates ${fold ? 'with' : 'without'} a fold`);
+    for (const v of fold ? [fold, norm] : [norm]) if (!this.k.contains(v) || v.length < D) throw new RangeError('attnres norm: fold and norm must lie in kernel memory');
+    const offs = cands.map((c) => {
+      if (c.length < T * D) throw new RangeError(`attnres norm: a candidate of ${c.length} values, need ${T * D}`);
+      if (this.k.contains(c)) return c.byteOffset;
+      const a = this.alloc(T * D);
+      a.set(c.subarray(0, T * D));
+      return a.byteOffset;
+    });
+    const tab = this.k.allocOffset(4 * m, 4), ep = this.k.allocOffset(16, 8), sc = this.k.allocOffset(8 * T * m, 8);
+    new Int32Array(this.k.mem(), tab, m).set(offs);
+    const eps = new Float64Array(this.k.mem(), ep, 2);
+    eps[0] = mixEps;
+    eps[1] = normEps;
+    const out = this.alloc(T * D);
+    const ctrl = this.k.ctrl, fo = fold ? fold.byteOffset : 0;
+    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_ATTNRES_NORM, [tab, m, D, fo, ep, norm.byteOffset, sc, out.byteOffset], 0, T));
+    this.macs += T * D * (3 * m + 3);
     return out;
   }
 

@@ -13,6 +13,7 @@ import type { KernelProfile } from './profile.js';
 import type { Chain } from './chain.js';
 
 export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from './profile.js';
+export type { Chain } from './chain.js';
 
 /** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
 const PER_MEMORY = Math.floor(3.75 * GiB);

@@ -88,6 +88,8 @@ export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act'] as const;
 export const OP_BARRIER = 10;
 /** The routed experts' weighted sum and latent norm of MoE tokens (wasm/fused.ts moe_combine), split by tokens. */
 export const OP_MOE_COMBINE = 11;
+/** A block's input, AttnRes mix then RMSNorm (wasm/fused.ts attnres_norm), split by tokens. */
+export const OP_ATTNRES_NORM = 12;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -101,6 +103,7 @@ const FUSED: Record<number, [string, number]> = {
   [OP_PREP]: ['', 8],
   [OP_BARRIER]: ['', 0],
   [OP_MOE_COMBINE]: ['moe_combine', 7],
+  [OP_ATTNRES_NORM]: ['attnres_norm', 8],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for

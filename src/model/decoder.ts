@@ -8,6 +8,7 @@ import type { WeightStore } from '../store/store.js';
 import type { FiniteWatch } from './finite.js';
 import type { Compute } from '../kernels/dispatch.js';
 import { UserError } from '../util/errors.js';
+import { blockInput, type BlockInput } from './block-input.js';
 import { kdaForward, type KdaParams } from './kda.js';
 import { mlaForward, type MlaParams } from './mla.js';
 import { moeForward, type MoeParams } from './moe.js';
@@ -91,29 +92,37 @@ export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
   return b.store.embedRows(ids);
 }
 
-/** RMSNorm of layer l with its input norm (before attention) or its post-attention norm (before the FFN). */
-export async function layerNorm(b: Block, which: 'input' | 'post', l: number, x: Float32Array, T: number): Promise<Float32Array> {
+/** The gain of layer l's input norm (before attention) or post-attention norm (before the FFN). */
+export function normGain(b: Block, which: 'input' | 'post', l: number): Promise<Float32Array> {
   const D = b.cfg.hiddenSize;
-  const w = await (which === 'input'
+  return which === 'input'
     ? bundle(b, BundleKind.InputNorm, l, () => b.store.vector(b.names.inputNorm(l), D))
-    : bundle(b, BundleKind.PostNorm, l, () => b.store.vector(b.names.postAttentionNorm(l), D)));
-  return rmsNorm(x, T, D, w, b.cfg.rmsNormEps);
+    : bundle(b, BundleKind.PostNorm, l, () => b.store.vector(b.names.postAttentionNorm(l), D));
 }
 
-/** Attention block of layer l on normalized input xn [T, D]: one sequence, or a batch of them (rows back to back, each its own state). */
-export async function attention(b: Block, l: number, xn: Float32Array, T: number, state: SequenceState | Batch): Promise<Float32Array> {
+/** RMSNorm of layer l with its input norm (before attention) or its post-attention norm (before the FFN). */
+export async function layerNorm(b: Block, which: 'input' | 'post', l: number, x: Float32Array, T: number): Promise<Float32Array> {
+  return rmsNorm(x, T, b.cfg.hiddenSize, await normGain(b, which, l), b.cfg.rmsNormEps);
+}
+
+/**
+ * Attention block of layer l on normalized input xn [T, D] (or the input still to compute, which
+ * a chained KDA block computes in its first step): one sequence, or a batch of them (rows back to
+ * back, each its own state).
+ */
+export async function attention(b: Block, l: number, xn: Float32Array | BlockInput, T: number, state: SequenceState | Batch): Promise<Float32Array> {
   const seqs = state instanceof SequenceState ? [{ state, T }] : state;
   if (b.cfg.layers[l]!.attn === 'kda') {
     const w = await bundle(b, BundleKind.Attention, l, () => kdaWeights(b.store, b.cfg, l));
     return kdaForward(b.compute, b.kda!, w, xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
   }
   const w = await bundle(b, BundleKind.Attention, l, () => mlaWeights(b.store, b.cfg, l));
-  return mlaForward(b.compute, b.mla, w, xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
+  return mlaForward(b.compute, b.mla, w, blockInput(b.compute, xn), T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
 }
 
-/** FFN block of layer l on normalized input xn [T, D]. */
-export async function ffn(b: Block, l: number, xn: Float32Array, T: number): Promise<Float32Array> {
-  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await bundle(b, BundleKind.Ffn, l, () => denseMlpWeights(b.store, b.cfg, l)), xn, T, b.cfg.act);
+/** FFN block of layer l on normalized input xn [T, D] (or the input still to compute, which a chained MoE head computes first). */
+export async function ffn(b: Block, l: number, xn: Float32Array | BlockInput, T: number): Promise<Float32Array> {
+  if (b.cfg.layers[l]!.ffn === 'dense') return gatedMlp(b.compute, await bundle(b, BundleKind.Ffn, l, () => denseMlpWeights(b.store, b.cfg, l)), blockInput(b.compute, xn), T, b.cfg.act);
   const w = await bundle(b, BundleKind.Ffn, l, () => moeWeights(b.store, b.cfg, l));
   return moeForward(b.compute, b.moe, w, xn, T, await bundle(b, BundleKind.Experts, l, async () => expertFetch(b.store, b.cfg, l)));
 }

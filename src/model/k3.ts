@@ -4,7 +4,8 @@
 
 import type { AttnResNames } from '../checkpoint/names.js';
 import { attnResMixOn, foldWeights } from './attnres.js';
-import { attention, bundle, BundleKind, embed, ffn, head, layerNorm, type Block } from './decoder.js';
+import type { BlockInput } from './block-input.js';
+import { attention, bundle, BundleKind, embed, ffn, head, normGain, type Block } from './decoder.js';
 import { add } from './ops.js';
 import type { Batch, SequenceState } from './state.js';
 
@@ -25,15 +26,23 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   const D = cfg.hiddenSize;
   const eps = cfg.rmsNormEps;
   let prefix: Float32Array | null = p;
-  const h = B.length > 0 ? attnResMixOn(b.compute, B, prefix, T, D, await fold(b, BundleKind.FoldAttn, l, () => b.names.layerAttnRes(l, 'attn')), eps) : prefix;
+  // each block's input: RMSNorm of the mix of the snapshots and the stream (the stream alone
+  // before the first snapshot), computed by the block (block-input.ts)
+  const xa: BlockInput = {
+    cands: [...B, prefix], fold: B.length > 0 ? await fold(b, BundleKind.FoldAttn, l, () => b.names.layerAttnRes(l, 'attn')) : null, mixEps: eps,
+    norm: await normGain(b, 'input', l), normEps: eps, T, D,
+  };
   if (l % cfg.attnResBlock! === 0) {
     B.push(prefix); // snapshot the pre-mix stream, then start a new block
     prefix = null;
   }
-  const a = await attention(b, l, await layerNorm(b, 'input', l, h, T), T, state);
+  const a = await attention(b, l, xa, T, state);
   prefix = prefix ? add(prefix, a) : a;
-  const h2 = attnResMixOn(b.compute, B, prefix, T, D, await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), eps);
-  const f = await ffn(b, l, await layerNorm(b, 'post', l, h2, T), T);
+  const xf: BlockInput = {
+    cands: [...B, prefix], fold: await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), mixEps: eps,
+    norm: await normGain(b, 'post', l), normEps: eps, T, D,
+  };
+  const f = await ffn(b, l, xf, T);
   return add(prefix, f);
 }
 

@@ -7,6 +7,7 @@
 import { viewsNow, type Mat } from '../store/mat.js';
 import { expRef, sigmoidRef, type Compute, type KdaBlockArgs } from '../kernels/dispatch.js';
 import { linear, linearMany } from './ops.js';
+import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
 
 const fr = Math.fround;
 
@@ -175,13 +176,14 @@ export interface KdaPart {
  * (several sequences' rows back to back), the projections run once over all rows (each weight
  * read once) and each part's recurrence on its own state; each row's numbers are as if alone.
  */
-export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, state: KdaState | readonly KdaPart[]): Promise<Float32Array> {
+export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, xin: Float32Array | BlockInput, T: number, state: KdaState | readonly KdaPart[]): Promise<Float32Array> {
   const H = p.heads;
   const d = p.headDim;
   const P = H * d;
   const parts = 'S' in state ? [{ T, state }] : state;
-  const chained = kdaChained(c, p, w, x, T, parts);
+  const chained = kdaChained(c, p, w, xin, T, parts);
   if (chained) return chained;
+  const x = blockInput(c, xin);
   // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
   const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
   const [qr, kr, vr, fa, beta, g] = (await linearMany(c, [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
@@ -197,13 +199,14 @@ export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, x: Flo
 }
 
 /**
- * kdaForward in one chained dispatch (Compute.chainFor): the projections of x, the low-rank
- * second halves, each part's KDA block, o_proj, a barrier between the steps; the same kernels on
- * the same numbers as the dispatches below, so the same bytes. Null (nothing done) unless every
- * weight is resident in one kernel memory with each part's state, the gate is K3's bounded one
- * (Kimi Linear's softplus decay runs in JavaScript) and no speculative sweep is recording.
+ * kdaForward in one chained dispatch (Compute.chainFor): the block's input (when still to compute),
+ * the projections of x, the low-rank second halves, each part's KDA block, o_proj, a barrier
+ * between the steps; the same kernels on the same numbers as the dispatches below, so the same
+ * bytes. Null (nothing done) unless every weight is resident in one kernel memory with each
+ * part's state, the gate is K3's bounded one (Kimi Linear's softplus decay runs in JavaScript)
+ * and no speculative sweep is recording.
  */
-function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T: number, parts: readonly KdaPart[]): Float32Array | null {
+function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, xin: Float32Array | BlockInput, T: number, parts: readonly KdaPart[]): Float32Array | null {
   if (p.gateLowerBound === null || !c.group) return null;
   const states: Float32Array[] = [];
   for (const { state } of parts) {
@@ -214,11 +217,12 @@ function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, x: Float32Array, T:
   const views = viewsNow([w.q, w.k, w.v, w.fa, w.b, ...('full' in gate ? [gate.full, w.fb] : [gate.a, w.fb, gate.b]), w.o]);
   if (!views) return null;
   // the layer's constants placed in kernel memory first (they outlive the chain)
-  const placed = c.placedNear(states[0]!, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm]);
+  const placed = c.placedNear(states[0]!, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm, ...inputConstants(xin)]);
   const ch = placed && c.chainFor(views, [...states, ...placed]);
   if (!ch) return null;
   const [qConv, kConv, vConv, dtBias, oNorm] = placed as Float32Array[];
   try {
+    const x = chainInput(ch, xin, placed!.slice(5));
     const H = p.heads, P = H * p.headDim;
     const [qr, kr, vr, fa, beta, g] = views.slice(0, 6).map((v) => ch.matmul(v!, x, T)) as Float32Array[];
     ch.next();

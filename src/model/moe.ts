@@ -14,6 +14,7 @@ import type { Compute } from '../kernels/dispatch.js';
 import { addInPlace, gatedMlp, gatedMlpMany, linear, linearBeta, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
 import { route, type RouterConfig, type Routing } from './router.js';
 import type { WeightView } from '../formats/weight.js';
+import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
 
 export interface MoeWeights {
   gate: Mat;
@@ -46,12 +47,12 @@ export interface ExpertFetch {
   mayAllocate?(): boolean;
 }
 
-/** MoE(x) for T rows of x [T, D]; returns [T, D]. */
-export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number, fetch: ExpertFetch): Promise<Float32Array> {
+/** MoE(x) for T rows of x [T, D] (or of the input still to compute, which the head chain computes first); returns [T, D]. */
+export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, xin: Float32Array | BlockInput, T: number, fetch: ExpertFetch): Promise<Float32Array> {
   // (not while lending may allocate weight memory: it would lie inside the launched chain)
-  const head = fetch.mayAllocate?.() === false ? moeHeadChained(c, p, w, x, T) : null;
+  const head = fetch.mayAllocate?.() === false ? moeHeadChained(c, p, w, xin, T) : null;
   try {
-    return await moeRest(c, p, w, x, T, fetch, head);
+    return await moeRest(c, p, w, head ? head.x : blockInput(c, xin), T, fetch, head);
   } finally {
     head?.done();
   }
@@ -136,6 +137,8 @@ async function moeRest(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array,
 
 /** The head chain's outputs (moeHeadChained): arena arrays, valid until done(). */
 interface MoeHead {
+  /** The block's input (computed in the chain when it was still to compute). */
+  x: Float32Array;
   logits: Float32Array;
   z: Float32Array | null;
   /** The shared expert's output, once the workers have finished it (Chain.join). */
@@ -153,21 +156,25 @@ interface MoeHead {
  * wherever it runs, and the shared output is added where it was. Null (the step-by-step path)
  * without kernels, without a shared expert, or when a weight is not resident.
  */
-function moeHeadChained(c: Compute, p: MoeParams, w: MoeWeights, x: Float32Array, T: number): MoeHead | null {
+function moeHeadChained(c: Compute, p: MoeParams, w: MoeWeights, xin: Float32Array | BlockInput, T: number): MoeHead | null {
   if (!c.group || !w.shared) return null;
   const views = viewsNow([w.gate, ...(w.latent ? [w.latent.down] : []), w.shared.gate, w.shared.up, w.shared.down]);
   if (!views) return null;
-  // the latent norm the tail chain uses, placed now: a chain frees what is allocated after its start
-  if (w.latent?.norm && !c.placedNear(views[0]!.data, [w.latent.norm])) return null;
-  const ch = c.chainFor(views);
+  // the latent norm the tail chain uses and the input's constants, placed now: a chain frees what
+  // is allocated after its start
+  const consts = inputConstants(xin);
+  const placed = c.placedNear(views[0]!.data, [...(w.latent?.norm ? [w.latent.norm] : []), ...consts]);
+  if (!placed) return null;
+  const ch = c.chainFor(views, placed);
   if (!ch) return null;
   try {
+    const x = chainInput(ch, xin, placed.slice(placed.length - consts.length));
     const logits = ch.matmul(views[0]!, x, T);
     const z = w.latent ? ch.matmul(views[1]!, x, T) : null;
     const k = views.length - 3;
     const [y] = ch.next().gatedMlps([{ gate: views[k]!, up: views[k + 1]!, down: views[k + 2]!, x, T }], p.act.kind, p.act.situBeta, linearBeta(p.act));
-    ch.launch(1);
-    return { logits, z, shared: () => (ch.join(), y!), done: () => ch.done() };
+    ch.launch(x === xin ? 1 : 2); // (returns once the router's step is done)
+    return { x, logits, z, shared: () => (ch.join(), y!), done: () => ch.done() };
   } catch (e) {
     ch.done();
     throw e;

@@ -290,15 +290,20 @@ export interface MemoryImport {
   shared: boolean;
 }
 
-export function assemble(fns: Fn[], mem: MemoryImport): Uint8Array<ArrayBuffer> {
+/** An imported function (env.<name>): it takes the function indices before the module's own. */
+export interface FuncImport {
+  module: string;
+  name: string;
+  params: ValType[];
+  result: ValType | null;
+}
+
+/** The module: the `imported` functions (indices 0 ..), then `fns` (indices imported.length ..). */
+export function assemble(fns: Fn[], mem: MemoryImport, imported: readonly FuncImport[] = []): Uint8Array<ArrayBuffer> {
   const types: string[] = [];
   const typeBytes: number[][] = [];
-  const fnType: number[] = [];
-  fns.forEach((f, i) => {
-    f.index = i;
-  });
-  for (const f of fns) {
-    const t = [0x60, ...uleb(f.params.length), ...f.params, ...(f.result === null ? [0] : [1, f.result])];
+  const typeOf = (params: readonly ValType[], result: ValType | null): number => {
+    const t = [0x60, ...uleb(params.length), ...params, ...(result === null ? [0] : [1, result])];
     const key = t.join(',');
     let ti = types.indexOf(key);
     if (ti < 0) {
@@ -306,10 +311,19 @@ export function assemble(fns: Fn[], mem: MemoryImport): Uint8Array<ArrayBuffer> 
       types.push(key);
       typeBytes.push(t);
     }
-    fnType.push(ti);
-  }
+    return ti;
+  };
+  fns.forEach((f, i) => {
+    if (f.index >= 0 && f.index !== imported.length + i) throw new Error(`${f.name}: numbered ${f.index}, placed at ${imported.length + i}`);
+    f.index = imported.length + i;
+  });
+  const importTypes = imported.map((g) => typeOf(g.params, g.result));
+  const fnType = fns.map((f) => typeOf(f.params, f.result));
   const limits = mem.shared ? [0x03, ...uleb(mem.minPages), ...uleb(mem.maxPages)] : [0x01, ...uleb(mem.minPages), ...uleb(mem.maxPages)];
-  const imports = vec([[...name(mem.module), ...name(mem.name), 0x02, ...limits]]);
+  const imports = vec([
+    [...name(mem.module), ...name(mem.name), 0x02, ...limits],
+    ...imported.map((g, i) => [...name(g.module), ...name(g.name), 0x00, ...uleb(importTypes[i]!)]),
+  ]);
   const funcs = vec(fnType.map((t) => uleb(t)));
   const exports = vec(fns.filter((f) => f.exported).map((f) => [...name(f.name), 0x00, ...uleb(f.index)]));
   const bodies = fns.map((f) => {

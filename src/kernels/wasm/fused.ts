@@ -29,6 +29,13 @@
 // attnres_sum(cands, m, D, pi, out, t0, t1): out[t*D + d] = f32(sum_i pi[t*m + i] * c_i[t*D + d]),
 //   i ascending from +0, in f64 (pi f64).
 //
+// attnres_norm(cands, m, D, fold, epsPtr, norm, scores, out, t0, t1)   (reference: attnResMix then
+//   rmsNorm, as k3.ts feeds a block: blockInput in src/model/block-input.ts). Per token t: unless
+//   fold is 0, attnres_scores into scores[t*m ..], depthSoftmax (kernels/ref.ts) on them with
+//   Math.exp (the imported env.exp) in its order, attnres_sum into out; with fold 0, candidate 0's
+//   row copied (no mix). Then the row's RMSNorm in place with the f32 weights at norm and the f64
+//   eps at epsPtr + 8 (the mix's at epsPtr): ops.ts rmsNorm's operations (rms_norm_row).
+//
 // moe_combine(ys, wts, K, zw, norm, epsPtr, out, t0, t1)   (reference: the routed sum and latent
 //   norm of moeForward in src/model/moe.ts). Per token t: out[t*zw + i] = sum_j f32(w_tj * y_tj[i])
 //   in f32, j < K ascending from +0, with y_tj the row at the i32 ys[t*K + j] and w_tj the f32
@@ -39,7 +46,7 @@
 // stride is given (in bytes).
 
 import {
-  type Code, type Fn, type ValType, I32, F32, F64, V128, get, set, tee, block, loop, br, br_if,
+  type Code, type Fn, type ValType, I32, F32, F64, V128, get, set, tee, block, loop, br, br_if, call, if_, select,
   i32, f32, f64, v128, f32x4,
 } from './emit.js';
 
@@ -115,7 +122,7 @@ function columnTiles(j: number, limit: number, jend: number, tiles: Tile[], body
   return out;
 }
 
-export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: number; wsumTile?: number } = {}): void {
+export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: number; wsumTile?: number; expFn: number }): void {
   const inc = (l: number, n: number | Code): Code => set(l, i32.add(get(l), typeof n === 'number' ? i32.const(n) : n));
   const tilesOf = (cols: number, tag: string): Tile[] => [
     ...(cols > 4 ? [{ lane: VEC, units: cols / 4, tag: `${tag}w` }] : []),
@@ -230,8 +237,9 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
   }
 
   // ---- Attention Residuals: depth scores, then the weighted sum (scalar f64, as the JavaScript) ----
+  const scores = fnx('attnres_scores', { cands: I32, m: I32, D: I32, fold: I32, epsPtr: I32, scores: I32, t0: I32, t1: I32 });
   {
-    const f = fnx('attnres_scores', { cands: I32, m: I32, D: I32, fold: I32, epsPtr: I32, scores: I32, t0: I32, t1: I32 });
+    const f = scores;
     const A = (n: string): Code => get(f.p(n));
     const t = f.local('t', I32), i = f.local('i', I32), c = f.local('c', I32), fp = f.local('fp', I32), cend = f.local('cend', I32);
     const rowb = f.local('rowb', I32), sp = f.local('sp', I32);
@@ -264,8 +272,9 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
         inc(t, 1), br(0))),
     ];
   }
+  const sum = fnx('attnres_sum', { cands: I32, m: I32, D: I32, pi: I32, out: I32, t0: I32, t1: I32 });
   {
-    const f = fnx('attnres_sum', { cands: I32, m: I32, D: I32, pi: I32, out: I32, t0: I32, t1: I32 });
+    const f = sum;
     const A = (n: string): Code => get(f.p(n));
     const t = f.local('t', I32), i = f.local('i', I32), d = f.local('d', I32), off = f.local('off', I32), pp = f.local('pp', I32);
     const acc = f.local('acc', F64);
@@ -321,13 +330,36 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
     ];
   }
 
+  // ---- RMSNorm of one row in place (ops.ts rmsNorm): ss and r in f64, out = f32(w · f32(v · r)) ----
+  const rmsRow = fnx('rms_norm_row', { x: I32, w: I32, n: I32, epsPtr: I32 }, null, false);
+  {
+    const f = rmsRow;
+    const A = (n: string): Code => get(f.p(n));
+    const i = f.local('i', I32), end = f.local('end', I32);
+    const ss = f.local('ss', F64), v = f.local('v', F64), r = f.local('r', F64);
+    f.body = [
+      set(end, i32.shl(A('n'), i32.const(2))),
+      set(ss, f64.const(0)),
+      set(i, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(i), get(end))),
+        set(v, f64.promote_f32(f32.load(i32.add(A('x'), get(i))))),
+        set(ss, f64.add(get(ss), f64.mul(get(v), get(v)))),
+        inc(i, 4), br(0))),
+      set(r, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(A('n'))), f64.load(A('epsPtr')))))),
+      set(i, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(i), get(end))),
+        f32.store(i32.add(A('x'), get(i)), f32.mul(f32.load(i32.add(A('w'), get(i))),
+          f32.demote_f64(f64.mul(f64.promote_f32(f32.load(i32.add(A('x'), get(i)))), get(r))))),
+        inc(i, 4), br(0))),
+    ];
+  }
+
   // ---- MoE: the routed outputs' weighted sum per token (router order), then the latent norm ----
   {
     const f = fnx('moe_combine', { ys: I32, wts: I32, K: I32, zw: I32, norm: I32, epsPtr: I32, out: I32, t0: I32, t1: I32 });
     const A = (n: string): Code => get(f.p(n));
     const t = f.local('t', I32), i = f.local('i', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), ib = f.local('ib', I32);
     const acc = f.local('acc', F32);
-    const ss = f.local('ss', F64), v = f.local('v', F64), r = f.local('r', F64);
     const at = (k: Code): Code => i32.shl(i32.add(get(tk), k), i32.const(2));
     f.body = [
       set(t, A('t0')),
@@ -344,20 +376,43 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
             inc(j, 1), br(0))),
           f32.store(i32.add(get(o), get(ib)), get(acc)),
           inc(i, 1), br(0))),
-        block(br_if(0, i32.eqz(A('norm'))),
-          set(ss, f64.const(0)),
+        block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'))),
+        inc(t, 1), br(0))),
+    ];
+  }
+
+  // ---- AttnRes mix and RMSNorm: a block's input, per token (a chained block's first step) ----
+  {
+    const f = fnx('attnres_norm', { cands: I32, m: I32, D: I32, fold: I32, epsPtr: I32, norm: I32, scores: I32, out: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), i = f.local('i', I32), sp = f.local('sp', I32), o = f.local('o', I32), c = f.local('c', I32), rowb = f.local('rowb', I32);
+    const mx = f.local('mx', F64), Z = f.local('Z', F64), v = f.local('v', F64);
+    const si = (): Code => i32.add(get(sp), i32.shl(get(i), i32.const(3)));
+    const overScores = (...body: Code[]): Code[] => [set(i, i32.const(0)), block(loop(br_if(1, i32.ge_u(get(i), A('m'))), ...body, inc(i, 1), br(0)))];
+    f.body = [
+      set(rowb, i32.shl(A('D'), i32.const(2))),
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(o, i32.add(A('out'), i32.mul(get(t), get(rowb)))),
+        if_(i32.eqz(A('fold')), [
+          // no mix (no snapshots yet): the current candidate itself
+          set(c, i32.add(i32.load(A('cands')), i32.mul(get(t), get(rowb)))),
           set(i, i32.const(0)),
-          block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
-            set(v, f64.promote_f32(f32.load(i32.add(get(o), i32.shl(get(i), i32.const(2)))))),
-            set(ss, f64.add(get(ss), f64.mul(get(v), get(v)))),
-            inc(i, 1), br(0))),
-          set(r, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(A('zw'))), f64.load(A('epsPtr')))))),
-          set(i, i32.const(0)),
-          block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
-            set(ib, i32.shl(get(i), i32.const(2))),
-            f32.store(i32.add(get(o), get(ib)), f32.mul(f32.load(i32.add(A('norm'), get(ib))),
-              f32.demote_f64(f64.mul(f64.promote_f32(f32.load(i32.add(get(o), get(ib)))), get(r))))),
-            inc(i, 1), br(0)))),
+          block(loop(br_if(1, i32.ge_u(get(i), get(rowb))),
+            f32.store(i32.add(get(o), get(i)), f32.load(i32.add(get(c), get(i)))),
+            inc(i, 4), br(0))),
+        ], [
+          call(scores.index, A('cands'), A('m'), A('D'), A('fold'), A('epsPtr'), A('scores'), get(t), i32.add(get(t), i32.const(1))),
+          // depthSoftmax (kernels/ref.ts), its operations in its order, exp = Math.exp (imported)
+          set(sp, i32.add(A('scores'), i32.shl(i32.mul(get(t), A('m')), i32.const(3)))),
+          set(mx, f64.const(-Infinity)),
+          ...overScores(set(v, f64.load(si())), set(mx, select(get(v), get(mx), f64.gt(get(v), get(mx))))),
+          set(Z, f64.const(0)),
+          ...overScores(set(v, call(opts.expFn, f64.sub(f64.load(si()), get(mx)))), f64.store(si(), get(v)), set(Z, f64.add(get(Z), get(v)))),
+          ...overScores(f64.store(si(), f64.div(f64.load(si()), get(Z)))),
+          call(sum.index, A('cands'), A('m'), A('D'), A('scores'), A('out'), get(t), i32.add(get(t), i32.const(1))),
+        ]),
+        call(rmsRow.index, get(o), A('norm'), A('D'), i32.add(A('epsPtr'), i32.const(8))),
         inc(t, 1), br(0))),
     ];
   }

@@ -24,7 +24,7 @@
 // at KCONST), then, from CONST_END, the arena.
 
 import {
-  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv, if_,
+  type Code, type FuncImport, Fn, I32, F32, F64, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv, if_,
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
 } from './emit.js';
 import { addFused } from './fused.js';
@@ -209,7 +209,7 @@ function newGen(opts: GenOptions): Gen {
   const fns: Fn[] = [];
   const fnx = (name: string, params: Record<string, typeof I32>, result: typeof I32 | typeof F32 | null = null, exported = true): Fn => {
     const f = new Fn(name, params, result, exported);
-    f.index = fns.length;
+    f.index = FUNC_IMPORTS.length + fns.length;
     fns.push(f);
     return f;
   };
@@ -218,6 +218,15 @@ function newGen(opts: GenOptions): Gen {
 }
 
 const reg = (f: Fn): number => f.index;
+
+/**
+ * The module's imported functions, before its own in the index space: `exp` is JavaScript's
+ * Math.exp (loader.ts instantiate), so a softmax run in a kernel takes the very exponentials the
+ * JavaScript reference does (V8 calls the same routine for both).
+ */
+export const FUNC_IMPORTS: readonly FuncImport[] = [{ module: 'env', name: 'exp', params: [F64], result: F64 }];
+/** The function index of the imported exp (f64 -> f64). */
+export const EXP_FN = 0;
 
 // ---- scalar helpers ----
 function addScalarHelpers(gen: Gen): Fn {
@@ -881,7 +890,7 @@ export function generate(opts: GenOptions): Generated {
   addMatvecT(gen, dec);
 
   // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
-  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
+  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, expFn: EXP_FN });
   // ---- the whole KDA block of a token around that delta rule (kda-block.ts) ----
   addKdaBlock(fnx, fns.find((g) => g.name === 'kda_step')!.index);
 
@@ -891,7 +900,7 @@ export function generate(opts: GenOptions): Generated {
   // ---- the activation quantizer of the 8-bit paths (q8.ts quantizeBlocks) ----
   addQuantizeBlocks(fnx, K);
 
-  const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true });
+  const bytes = assemble(fns, { module: 'env', name: 'memory', minPages: 1, maxPages: 65536, shared: true }, FUNC_IMPORTS);
   const consts = new Uint8Array(16 * pool.length);
   pool.forEach((k, i) => consts.set(k, 16 * i));
   return { bytes, exports: fns.filter((f) => f.exported).map((f) => f.name), consts };
