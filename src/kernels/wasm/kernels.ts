@@ -492,12 +492,17 @@ function rowsBody(f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr
   const out: Code[] = [set(q0, xq)];
   out.push(...A.flat().map((a) => set(a, ZERO)));
   out.push(set(qend, addp(get(q0), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))));
+  // several rows: each activation vector loaded once for all of them (fewer instructions per
+  // weight byte, so more of the rows' bytes in flight)
+  const X = NR > 1 ? [0, 1, 2, 3].map((k) => f.local(`${tag}x${k}`, V128)) : [];
+  const xk = (k: number): Code => (NR > 1 ? get(X[k]!) : v128.load(get(q), 16 * k));
   for (const ks of passes) {
     out.push(
       set(q, get(q0)),
       ...R.flatMap((i) => src.init(f, i)),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-        ...R.flatMap((i) => src.step(f, i, (k, w) => mac(A[i]![k & 3]!, w, v128.load(get(q), 16 * k)), ks)),
+        ...(NR > 1 ? ks.map((k) => set(X[k]!, v128.load(get(q), 16 * k))) : []),
+        ...R.flatMap((i) => src.step(f, i, (k, w) => mac(A[i]![k & 3]!, w, xk(k)), ks)),
         ...R.flatMap((i) => src.advance(f, i)),
         set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0))),
     );
