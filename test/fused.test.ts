@@ -9,7 +9,8 @@ import * as path from 'node:path';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { kdaRecurStep } from '../src/model/kda.js';
-import { MlaCache, mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
+import { MlaCache, mlaScoresRef, mlaSoftmaxRef, mlaWeightedSumRef, sigmoidGateRef } from '../src/model/mla.js';
+import { rmsNorm } from '../src/model/ops.js';
 import { SequenceState } from '../src/model/state.js';
 import { attnResMix } from '../src/model/attnres.js';
 import { blockInput, chainInput, type BlockInput } from '../src/model/block-input.js';
@@ -256,6 +257,55 @@ test('a block input in a chain (attnres_norm: AttnRes mix with Math.exp, then RM
         } finally {
           ch.done();
         }
+      }
+    }
+  } finally {
+    await Promise.all(ks.map((k) => k.close()));
+  }
+});
+
+test('MLA chain ops == their references, bytes: rmsNorm rows, latents appended, scores softmax (Math.exp), sigmoid gate; 1 and 2 threads', async () => {
+  const rnd = xorshift(0xa11ce);
+  const ks = [await createKernels({ threads: 1 }), await createKernels({ threads: 2, minWorkPerThread: 1 })];
+  const arena = (k: Kernels, v: Float32Array): Float32Array => {
+    const a = k.allocF32(v.length);
+    a.set(v);
+    return a;
+  };
+  const bytes = (a: Float32Array): Uint32Array => new Uint32Array(a.slice().buffer);
+  try {
+    for (const k of ks) {
+      const tag = `threads=${k.threads}`;
+      // rmsNorm of 3 rows of 40 values at a stride of 52, and the latents (Lk 40, dr 12) of the same rows
+      const T = 3, Lk = 40, dr = 12, a = Float32Array.from({ length: T * (Lk + dr) }, () => (rnd() - 0.5) * 30);
+      const w = Float32Array.from({ length: Lk }, () => rnd() + 0.5);
+      const wantNorm = rmsNorm(a, T, Lk, w, 1e-6, undefined, 0, Lk + dr);
+      const wantLat = wantNorm.slice(), wantRope = new Float32Array(T * dr);
+      for (let t = 0; t < T; t++) wantRope.set(a.subarray(t * (Lk + dr) + Lk, (t + 1) * (Lk + dr)), t * dr);
+      // 16 heads of 37 scores (one head's far apart, one with -Infinity), the gate over 300 values
+      const H = 16, n = 37, sc = Float32Array.from({ length: H * n }, (_, i) => (rnd() - 0.5) * (i < n ? 400 : 8));
+      sc[n + 3] = -Infinity;
+      const wantSm = sc.slice();
+      mlaSoftmaxRef(wantSm, n, H);
+      const out = Float32Array.from({ length: 300 }, () => (rnd() - 0.5) * 4), g = Float32Array.from({ length: 300 }, () => (rnd() - 0.5) * 200);
+      const wantGate = out.slice();
+      sigmoidGateRef(wantGate, g, 300);
+
+      const ka = arena(k, a), kw = arena(k, w), lat = k.allocF32(T * Lk + 8), rope = k.allocF32(T * dr + 8), ksc = arena(k, sc), kout = arena(k, out), kg = arena(k, g);
+      const ch = k.chain();
+      try {
+        const normed = ch.rmsNorm(ka, T, Lk, kw, 1e-6, Lk + dr);
+        ch.mlaAppend(ka, T, Lk, dr, kw, 1e-6, lat.subarray(4), rope.subarray(4)); // (from position 1 of a cache of 4-float rows)
+        ch.mlaSoftmax(ksc, n, H);
+        ch.sigmoidGate(kout, kg, 300);
+        ch.run();
+        assert.deepEqual(bytes(normed), bytes(wantNorm), `rms norm rows, ${tag}`);
+        assert.deepEqual(bytes(lat.subarray(4, 4 + T * Lk)), bytes(wantLat), `latents, ${tag}`);
+        assert.deepEqual(bytes(rope.subarray(4, 4 + T * dr)), bytes(wantRope), `rope keys, ${tag}`);
+        assert.deepEqual(bytes(ksc), bytes(wantSm), `softmax, ${tag}`);
+        assert.deepEqual(bytes(kout), bytes(wantGate), `gate, ${tag}`);
+      } finally {
+        ch.done();
       }
     }
   } finally {

@@ -81,7 +81,7 @@ test('a released state is cleared and reused by newState(): same bytes as a fres
   }
 });
 
-test('resident blocks run as chained dispatches: a decode token makes one chain per FFN, per MoE head with a shared expert (launched before routing) and per bounded-gate KDA layer', async () => {
+test('resident blocks run as chained dispatches: a decode token makes one chain per FFN, per MoE head with a shared expert (launched before routing), per bounded-gate KDA layer and per MLA layer without rope', async () => {
   const { Kernels } = await import('../src/kernels/fast.js');
   const inner = Kernels.prototype.chain;
   let chains = 0;
@@ -101,7 +101,8 @@ test('resident blocks run as chained dispatches: a decode token makes one chain 
         const cfg = m.config;
         const kda = cfg.kda && cfg.kda.gateLowerBound !== null ? cfg.layers.filter((L) => L.attn === 'kda').length : 0;
         const heads = cfg.moe.shared > 0 ? cfg.layers.filter((L) => L.ffn === 'moe').length : 0;
-        assert.equal(chains, kda + cfg.numLayers + heads, `${name}: chained dispatches in a decode token`);
+        const mla = cfg.mla.rope ? 0 : cfg.layers.filter((L) => L.attn === 'mla').length; // (MLA without rope, one token)
+        assert.equal(chains, kda + mla + cfg.numLayers + heads, `${name}: chained dispatches in a decode token`);
       } finally {
         await m.close();
       }

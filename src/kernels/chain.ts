@@ -12,7 +12,10 @@
 import type { WeightView } from '../formats/weight.js';
 import type { ActKind } from './wasm/act.js';
 import type { KdaBlockArgs } from './wasm/kda-block.js';
-import { OP_ACT, OP_ATTNRES_NORM, OP_BARRIER, OP_KDA_BLOCK, OP_MOE_COMBINE, writeFusedOp, writeMatmulOp } from './pool.js';
+import {
+  OP_ACT, OP_ATTNRES_NORM, OP_BARRIER, OP_KDA_BLOCK, OP_MLA_APPEND, OP_MLA_SCORES, OP_MLA_SOFTMAX, OP_MLA_WSUM, OP_MOE_COMBINE, OP_MVT, OP_RMSNORM,
+  OP_SIGMOID_GATE, writeFusedOp, writeMatmulOp,
+} from './pool.js';
 import type { ProfileBucket } from './profile.js';
 
 /** A product's weight as the kernels address it (Kernels.resolve). */
@@ -146,9 +149,7 @@ export class Chain {
     pars[1] = bl ?? 1;
     const out = this.alloc(n4);
     const fn = kind === 'silu' ? 0 : bl === null ? 1 : 2;
-    const ctrl = this.k.ctrl;
-    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_ACT, [fn, gate.byteOffset, up.byteOffset, out.byteOffset, pb], 0, n4 / 4));
-    this.macs += n4 * 32; // about 100 flops an element
+    this.fused(OP_ACT, [fn, gate.byteOffset, up.byteOffset, out.byteOffset, pb], n4 / 4, n4 * 32); // (about 100 flops an element)
     return out;
   }
 
@@ -196,9 +197,7 @@ export class Chain {
     });
     new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
     new Float64Array(mem(), ep, 1)[0] = eps;
-    const ctrl = this.k.ctrl;
-    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], 0, T));
-    this.macs += T * K * zw + (norm ? 2 * T * zw : 0);
+    this.fused(OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], T, T * K * zw + (norm ? 2 * T * zw : 0));
     return out;
   }
 
@@ -226,19 +225,96 @@ export class Chain {
     eps[0] = mixEps;
     eps[1] = normEps;
     const out = this.alloc(T * D);
-    const ctrl = this.k.ctrl, fo = fold ? fold.byteOffset : 0;
-    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_ATTNRES_NORM, [tab, m, D, fo, ep, norm.byteOffset, sc, out.byteOffset], 0, T));
-    this.macs += T * D * (3 * m + 3);
+    this.fused(OP_ATTNRES_NORM, [tab, m, D, fold ? fold.byteOffset : 0, ep, norm.byteOffset, sc, out.byteOffset], T, T * D * (3 * m + 3));
     return out;
+  }
+
+  /**
+   * RMSNorm of T rows of n values (ops.ts rmsNorm; wasm/fused.ts rms_norm_rows) as one op of the
+   * current step: x an arena array (row t at t·xStride), w a constant in kernel memory. A new arena array [T, n].
+   */
+  rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, eps: number, xStride = n): Float32Array {
+    this.inArena('rms norm', x, w);
+    const out = this.alloc(T * n);
+    this.fused(OP_RMSNORM, [x.byteOffset, 4 * xStride, w.byteOffset, n, this.f64s(eps), out.byteOffset, 4 * n], T, 3 * T * n);
+    return out;
+  }
+
+  /**
+   * MLA's latents of T tokens appended to a cache (mla.ts appendLatents, without rope): row t of
+   * `lat` = RMSNorm(a row t [0, Lk)) with `norm`, row t of `rope` = a row t [Lk, Lk + dr); lat and
+   * rope are the cache's arrays from the first new position. One op of the current step.
+   */
+  mlaAppend(a: Float32Array, T: number, Lk: number, dr: number, norm: Float32Array, eps: number, lat: Float32Array, rope: Float32Array): void {
+    this.inArena('mla append', a, norm, lat, rope);
+    this.fused(OP_MLA_APPEND, [a.byteOffset, 4 * (Lk + dr), norm.byteOffset, Lk, dr, this.f64s(eps), lat.byteOffset, rope.byteOffset], T, 3 * T * Lk);
+  }
+
+  /**
+   * Transposed products of H heads (Kernels.matvecTHeads; op OP_MVT): y[h] = rows r0 + h·rStride
+   * .. + n of w, transposed, times x[h·xStride ..] (an arena array). A new arena array [H, w.cols].
+   */
+  mvtHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xStride: number, H: number): Float32Array {
+    this.inArena('mvt', x);
+    const R = this.k.mat(w, 1);
+    if (!(0 <= r0 && n >= 0 && r0 + (H - 1) * rStride + n <= R.rows)) throw new RangeError(`mvt heads: bad rows of ${R.rows}`);
+    const y = this.alloc(H * R.cols);
+    this.fused(OP_MVT, [R.fmtCode, R.w, R.s, R.sdt, R.rows, R.cols, r0, rStride, n, x.byteOffset, 4 * xStride, y.byteOffset, 4 * R.cols], H, H * n * R.cols);
+    return y;
+  }
+
+  /** MLA scores of H heads over n cached positions (Kernels.mlaScores; mla.ts mlaScoresRef), q's rope part at qo, stride qStride. A new arena array [H, n]. */
+  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number): Float32Array {
+    this.inArena('mla scores', qLat, q, lat, rope);
+    const out = this.alloc(H * n);
+    this.fused(OP_MLA_SCORES, [qLat.byteOffset, q.byteOffset + 4 * qo, 4 * qStride, lat.byteOffset, rope.byteOffset, n, Lk, dr, this.f64s(scale), out.byteOffset], H, H * n * (Lk + dr));
+    return out;
+  }
+
+  /** The softmax of each head's n scores in place (mla.ts attend: exp in f64 with Math.exp, f32(ex / Z)). */
+  mlaSoftmax(sc: Float32Array, n: number, H: number): void {
+    this.inArena('mla softmax', sc);
+    const ex = this.k.allocOffset(8 * H * n, 8);
+    this.fused(OP_MLA_SOFTMAX, [sc.byteOffset, n, ex], H, 20 * H * n);
+  }
+
+  /** out[h] = Σ_s f32(P[h·n + s] · lat[s]) (Kernels.mlaWeightedSum; mla.ts mlaWeightedSumRef). A new arena array [H, Lk]. */
+  mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number): Float32Array {
+    this.inArena('mla sum', P, lat);
+    const out = this.alloc(H * Lk);
+    this.fused(OP_MLA_WSUM, [P.byteOffset, lat.byteOffset, n, Lk, out.byteOffset], H, H * n * Lk);
+    return out;
+  }
+
+  /** out[i] = f32(out[i] · σ(g[i])) for i < n, σ(v) = 1 / (1 + Math.exp(−v)) in f64 (MLA's output gate), in place. */
+  sigmoidGate(out: Float32Array, g: Float32Array, n: number): void {
+    this.inArena('sigmoid gate', out, g);
+    this.fused(OP_SIGMOID_GATE, [out.byteOffset, g.byteOffset], n, 20 * n);
+  }
+
+  /** A fused op of the current step over units [0, n), counted as `macs` of work. */
+  private fused(kind: number, args: number[], n: number, macs: number): void {
+    const ctrl = this.k.ctrl;
+    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, kind, args, 0, n));
+    this.macs += macs;
+  }
+
+  /** The offset of an arena f64 holding v. */
+  private f64s(v: number): number {
+    const o = this.k.allocOffset(8, 8);
+    new Float64Array(this.k.mem(), o, 1)[0] = v;
+    return o;
+  }
+
+  private inArena(what: string, ...arrays: Float32Array[]): void {
+    for (const a of arrays) if (!this.k.contains(a)) throw new RangeError(`chain ${what}: its arrays must lie in kernel memory`);
   }
 
   /** The KDA block of a.T tokens (Kernels.kdaBlock) as one op of the current step; a.y must be in kernel memory. */
   kdaBlock(a: KdaBlockArgs): void {
     if (!this.k.contains(a.y)) throw new RangeError('chain kdaBlock: y must lie in kernel memory');
     const { pb, macs } = this.k.kdaParams(a);
-    const ctrl = this.k.ctrl;
-    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, OP_KDA_BLOCK, [pb], 0, a.H));
-    this.macs += macs;
+    this.fused(OP_KDA_BLOCK, [pb], a.H, macs);
   }
 
   /** Run every step (in as many dispatches as the control block needs: a cut is a barrier too), then fill the outputs outside kernel memory. */

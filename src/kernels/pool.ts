@@ -90,6 +90,13 @@ export const OP_BARRIER = 10;
 export const OP_MOE_COMBINE = 11;
 /** A block's input, AttnRes mix then RMSNorm (wasm/fused.ts attnres_norm), split by tokens. */
 export const OP_ATTNRES_NORM = 12;
+/** RMSNorm of rows (wasm/fused.ts rms_norm_rows), split by rows. */
+export const OP_RMSNORM = 13;
+/** MLA: latents and rope keys appended to the cache (mla_append), the scores' softmax per head
+ *  (mla_softmax), the sigmoid output gate (sigmoid_gate, split by elements). */
+export const OP_MLA_APPEND = 14;
+export const OP_MLA_SOFTMAX = 15;
+export const OP_SIGMOID_GATE = 16;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -104,6 +111,10 @@ const FUSED: Record<number, [string, number]> = {
   [OP_BARRIER]: ['', 0],
   [OP_MOE_COMBINE]: ['moe_combine', 7],
   [OP_ATTNRES_NORM]: ['attnres_norm', 8],
+  [OP_RMSNORM]: ['rms_norm_rows', 7],
+  [OP_MLA_APPEND]: ['mla_append', 8],
+  [OP_MLA_SOFTMAX]: ['mla_softmax', 3],
+  [OP_SIGMOID_GATE]: ['sigmoid_gate', 2],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for

@@ -107,8 +107,8 @@ export async function layerNorm(b: Block, which: 'input' | 'post', l: number, x:
 
 /**
  * Attention block of layer l on normalized input xn [T, D] (or the input still to compute, which
- * a chained KDA block computes in its first step): one sequence, or a batch of them (rows back to
- * back, each its own state).
+ * a chained KDA or MLA block computes in its first step): one sequence, or a batch of them (rows
+ * back to back, each its own state).
  */
 export async function attention(b: Block, l: number, xn: Float32Array | BlockInput, T: number, state: SequenceState | Batch): Promise<Float32Array> {
   const seqs = state instanceof SequenceState ? [{ state, T }] : state;
@@ -117,7 +117,7 @@ export async function attention(b: Block, l: number, xn: Float32Array | BlockInp
     return kdaForward(b.compute, b.kda!, w, xn, T, seqs.map((s) => ({ T: s.T, state: s.state.kda[l]! })));
   }
   const w = await bundle(b, BundleKind.Attention, l, () => mlaWeights(b.store, b.cfg, l));
-  return mlaForward(b.compute, b.mla, w, blockInput(b.compute, xn), T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
+  return mlaForward(b.compute, b.mla, w, xn, T, seqs.map((s) => ({ T: s.T, cache: s.state.mla[l]! })));
 }
 
 /** FFN block of layer l on normalized input xn [T, D] (or the input still to compute, which a chained MoE head computes first). */

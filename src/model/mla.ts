@@ -3,12 +3,13 @@
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.
 
-import type { Mat } from '../store/mat.js';
+import { viewsNow, type Mat } from '../store/mat.js';
 import { dot, type Compute } from '../kernels/dispatch.js';
 import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
+import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
 import type { F32Alloc } from './kda.js';
 
 const fr = Math.fround;
@@ -95,7 +96,10 @@ export interface MlaPart {
  * Given parts (several sequences' rows back to back), the projections run once over all rows and
  * each part attends over its own cache; each row's numbers are as if alone.
  */
-export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, x: Float32Array, T: number, cache: MlaCache | readonly MlaPart[]): Promise<Float32Array> {
+export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: Float32Array | BlockInput, T: number, cache: MlaCache | readonly MlaPart[]): Promise<Float32Array> {
+  const chained = mlaChained(c, p, w, xin, T, cache instanceof MlaCache ? [{ T, cache }] : cache);
+  if (chained) return chained;
+  const x = blockInput(c, xin);
   const { heads: H, ropeDim: dr, vDim: dv } = p;
   const dq = p.nopeDim + dr;
   // The products of x in one batch (q_a or q_proj, kv_a, the output gate), then q_b.
@@ -119,10 +123,57 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, x: Flo
       r += part.T;
     });
   });
-  if (w.gate) {
-    for (let i = 0; i < out.length; i++) out[i] = out[i]! * sigmoid(g![i]!);
-  }
+  if (w.gate) sigmoidGateRef(out, g!, out.length);
   return linear(c, w.o, out, T);
+}
+
+/**
+ * One decode token of one sequence (T = 1) in one chained dispatch (Compute.chainFor): the block's
+ * input (when still to compute), the products of x, q_a's norm and q_b, the latent appended to the
+ * cache, then attend's steps (q_nope · U_K of every head, the scores, their softmax, the weighted
+ * latent sums, U_V per head), the output gate and o_proj. The same operations as mlaForward's
+ * dispatches and JavaScript below (the softmax and gate with Math.exp, in the kernel), so the same
+ * bytes. Null (nothing done) for a chunk, several sequences, rope (K2; K3's MLA has none), a cache
+ * or a weight outside one kernel memory.
+ */
+function mlaChained(c: Compute, p: MlaParams, w: MlaWeights, xin: Float32Array | BlockInput, T: number, parts: readonly MlaPart[]): Float32Array | null {
+  if (!c.group || p.rope || T !== 1 || parts.length !== 1) return null;
+  const cache = parts[0]!.cache;
+  const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
+  const dq = dn + dr;
+  const qa = 'direct' in w.q ? null : w.q;
+  const views = viewsNow([qa ? qa.a : (w.q as { direct: Mat }).direct, w.kva, ...(qa ? [qa.b] : []), w.kvb, w.o, ...(w.gate ? [w.gate] : [])]);
+  if (!views) return null;
+  const [first, kva, ...rest] = views as WeightView[];
+  const qb = qa ? rest.shift()! : null;
+  const [kvb, o, gate] = rest as [WeightView, WeightView, WeightView | undefined];
+  cache.reserve(cache.length + 1); // (before the chain: a cache that grows is allocated anew)
+  const consts = [w.kvaNorm, ...(qa ? [qa.norm] : []), ...inputConstants(xin)];
+  const placed = c.placedNear(cache.lat, consts);
+  const ch = placed && c.chainFor(views, [cache.lat, cache.rope, ...placed]);
+  if (!ch) return null;
+  try {
+    const x = chainInput(ch, xin, placed!.slice(qa ? 2 : 1));
+    const q0 = ch.matmul(first!, x, 1), a = ch.matmul(kva!, x, 1), g = gate ? ch.matmul(gate, x, 1) : null;
+    const p0 = cache.length, n = p0 + 1;
+    ch.next().mlaAppend(a, 1, Lk, dr, placed![0]!, p.latentNormEps, cache.lat.subarray(p0 * Lk), cache.rope.subarray(p0 * dr));
+    const qn = qb ? ch.rmsNorm(q0, 1, qa!.a.rows, placed![1]!, p.latentNormEps) : null;
+    const q = qb ? ch.next().matmul(qb, qn!, 1) : q0;
+    // attend (below) for this token: q_lat, scores, softmax, weighted sums, U_V per head
+    const qLat = ch.next().mvtHeads(kvb, 0, dn + dv, dn, q, dq, H);
+    const sc = ch.next().mlaScores(qLat, q, dn, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H);
+    ch.next().mlaSoftmax(sc, n, H);
+    const oLat = ch.next().mlaWsum(sc, cache.lat, n, Lk, H);
+    const out = ch.next().alloc(H * dv);
+    for (let h = 0; h < H; h++) ch.matmul(rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), oLat.subarray(h * Lk, (h + 1) * Lk), 1, out.subarray(h * dv, (h + 1) * dv));
+    if (g) ch.next().sigmoidGate(out, g, H * dv);
+    const y = ch.next().matmul(o, out, 1, new Float32Array(o.rows));
+    ch.run();
+    cache.length = n;
+    return y;
+  } finally {
+    ch.done();
+  }
 }
 
 /** Normalized latents and roped keys of rows [r0, r0 + T) of kv_a's output, appended to the cache. */
@@ -149,6 +200,28 @@ export function mlaScoresRef(qLat: Float32Array, q: Float32Array, qo: number, qS
   for (let h = 0; h < H; h++) {
     for (let s = 0; s < n; s++) out[h * n + s] = fr(fr(dot(qLat, h * Lk, lat, s * Lk, Lk) + dot(q, qo + h * qStride, rope, s * dr, dr)) * scale);
   }
+}
+
+/**
+ * Reference softmax of H heads' n scores in place, in double: max, then ex_s = exp(score_s − max)
+ * (each computed once, kept in ex [≥ n]) and Z = Σ ex_s, s ascending; P_s = f32(ex_s / Z). The
+ * WebAssembly op (chain mlaSoftmax, wasm/fused.ts mla_softmax) gives the same bytes.
+ */
+export function mlaSoftmaxRef(sc: Float32Array, n: number, H: number, ex: Float64Array = new Float64Array(n)): void {
+  for (let h = 0; h < H; h++) {
+    const b = h * n;
+    let max = -Infinity;
+    for (let s = 0; s < n; s++) if (sc[b + s]! > max) max = sc[b + s]!;
+    let Z = 0;
+    for (let s = 0; s < n; s++) Z += ex[s] = Math.exp(sc[b + s]! - max);
+    for (let s = 0; s < n; s++) sc[b + s] = ex[s]! / Z;
+  }
+}
+
+/** Reference output gate in place: out[i] = f32(out[i] · σ(g[i])) for i < n (ops.ts sigmoid, in
+ *  double). The WebAssembly op (chain sigmoidGate, wasm/fused.ts sigmoid_gate) gives the same bytes. */
+export function sigmoidGateRef(out: Float32Array, g: Float32Array, n: number): void {
+  for (let i = 0; i < n; i++) out[i] = out[i]! * sigmoid(g[i]!);
 }
 
 /**
@@ -190,15 +263,7 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
     const sc = scoreBuf.subarray(0, H * n);
     const qr = t * H * dq + dn;
     if (!c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
-    // softmax per head, in double; P_s = f32(exp(score_s - max) / Z) replaces the scores
-    for (let h = 0; h < H; h++) {
-      const b = h * n;
-      let max = -Infinity;
-      for (let s = 0; s < n; s++) if (sc[b + s]! > max) max = sc[b + s]!;
-      let Z = 0;
-      for (let s = 0; s < n; s++) Z += ex[s] = Math.exp(sc[b + s]! - max);
-      for (let s = 0; s < n; s++) sc[b + s] = ex[s]! / Z;
-    }
+    mlaSoftmaxRef(sc, n, H, ex);
     if (!c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
     // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv), the heads' products in one dispatch
     c.matmulBatch(Array.from({ length: H }, (_, h) => ({

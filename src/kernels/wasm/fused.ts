@@ -36,6 +36,18 @@
 //   row copied (no mix). Then the row's RMSNorm in place with the f32 weights at norm and the f64
 //   eps at epsPtr + 8 (the mix's at epsPtr): ops.ts rmsNorm's operations (rms_norm_row).
 //
+// rms_norm_rows(x, xStride, w, n, epsPtr, out, outStride, t0, t1)   (reference: ops.ts rmsNorm)
+//   per row t: ss = sum v*v, r = 1 / sqrt(ss / n + eps) in f64, out = f32(w[i] * f32(v * r)); row t
+//   of x at x + t*xStride, of out at out + t*outStride (out may be x). rms_norm_row does one row.
+//
+// mla_append(a, aStride, norm, Lk, dr, epsPtr, lat, rope, t0, t1)   (reference: appendLatents in
+//   src/model/mla.ts, without rope) per token t: lat row t = RMSNorm of a row t [0, Lk), rope row t =
+//   a row t [Lk, Lk + dr).
+// mla_softmax(sc, n, ex, h0, h1)   (reference: mlaSoftmaxRef) per head h, over the n f32 scores at
+//   sc + 4hn: max, ex_s = exp(sc_s - max) (Math.exp, imported) kept at ex + 8hn, Z = sum ex_s in f64
+//   s ascending from +0, sc_s = f32(ex_s / Z).
+// sigmoid_gate(out, g, i0, i1)   (reference: sigmoidGateRef) out_i = f32(out_i * (1 / (1 + exp(-g_i)))).
+//
 // moe_combine(ys, wts, K, zw, norm, epsPtr, out, t0, t1)   (reference: the routed sum and latent
 //   norm of moeForward in src/model/moe.ts). Per token t: out[t*zw + i] = sum_j f32(w_tj * y_tj[i])
 //   in f32, j < K ascending from +0, with y_tj the row at the i32 ys[t*K + j] and w_tj the f32
@@ -331,12 +343,13 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
   }
 
   // ---- RMSNorm of one row in place (ops.ts rmsNorm): ss and r in f64, out = f32(w · f32(v · r)) ----
-  const rmsRow = fnx('rms_norm_row', { x: I32, w: I32, n: I32, epsPtr: I32 }, null, false);
+  const rmsRow = fnx('rms_norm_row', { x: I32, w: I32, n: I32, epsPtr: I32, out: I32 }, null, false);
   {
     const f = rmsRow;
     const A = (n: string): Code => get(f.p(n));
     const i = f.local('i', I32), end = f.local('end', I32);
     const ss = f.local('ss', F64), v = f.local('v', F64), r = f.local('r', F64);
+    // (out may be x: each element is read before its own write)
     f.body = [
       set(end, i32.shl(A('n'), i32.const(2))),
       set(ss, f64.const(0)),
@@ -348,8 +361,78 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
       set(r, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(A('n'))), f64.load(A('epsPtr')))))),
       set(i, i32.const(0)),
       block(loop(br_if(1, i32.ge_u(get(i), get(end))),
-        f32.store(i32.add(A('x'), get(i)), f32.mul(f32.load(i32.add(A('w'), get(i))),
+        f32.store(i32.add(A('out'), get(i)), f32.mul(f32.load(i32.add(A('w'), get(i))),
           f32.demote_f64(f64.mul(f64.promote_f32(f32.load(i32.add(A('x'), get(i)))), get(r))))),
+        inc(i, 4), br(0))),
+    ];
+  }
+  {
+    const f = fnx('rms_norm_rows', { x: I32, xStride: I32, w: I32, n: I32, epsPtr: I32, out: I32, outStride: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32);
+    f.body = [
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        call(rmsRow.index, i32.add(A('x'), i32.mul(get(t), A('xStride'))), A('w'), A('n'), A('epsPtr'), i32.add(A('out'), i32.mul(get(t), A('outStride')))),
+        inc(t, 1), br(0))),
+    ];
+  }
+
+  // ---- MLA: latents appended to the cache; the softmax of the scores; the output gate ----
+  {
+    // per token t: lat row t = RMSNorm(a row t [0, Lk)); rope row t = a row t [Lk, Lk + dr) (mla.ts appendLatents, no rope)
+    const f = fnx('mla_append', { a: I32, aStride: I32, norm: I32, Lk: I32, dr: I32, epsPtr: I32, lat: I32, rope: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), row = f.local('row', I32), src = f.local('src', I32), dst = f.local('dst', I32), end = f.local('end', I32);
+    f.body = [
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(row, i32.add(A('a'), i32.mul(get(t), A('aStride')))),
+        call(rmsRow.index, get(row), A('norm'), A('Lk'), A('epsPtr'), i32.add(A('lat'), i32.shl(i32.mul(get(t), A('Lk')), i32.const(2)))),
+        set(src, i32.add(get(row), i32.shl(A('Lk'), i32.const(2)))),
+        set(end, i32.add(get(src), i32.shl(A('dr'), i32.const(2)))),
+        set(dst, i32.add(A('rope'), i32.shl(i32.mul(get(t), A('dr')), i32.const(2)))),
+        block(loop(br_if(1, i32.ge_u(get(src), get(end))),
+          f32.store(get(dst), f32.load(get(src))),
+          inc(src, 4), inc(dst, 4), br(0))),
+        inc(t, 1), br(0))),
+    ];
+  }
+  {
+    // per head h: the n scores at sc + 4hn: max; ex_s = exp(sc_s - max) and Z = sum ex_s in f64,
+    // s ascending from +0 (ex kept at ex + 8hn); sc_s = f32(ex_s / Z) (mla.ts attend)
+    const f = fnx('mla_softmax', { sc: I32, n: I32, ex: I32, h0: I32, h1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const h = f.local('h', I32), s = f.local('s', I32), b = f.local('b', I32), e = f.local('e', I32);
+    const mx = f.local('mx', F64), Z = f.local('Z', F64), v = f.local('v', F64);
+    const overS = (...body: Code[]): Code[] => [set(s, i32.const(0)), block(loop(br_if(1, i32.ge_u(get(s), A('n'))), ...body, inc(s, 1), br(0)))];
+    const scAt = (): Code => i32.add(get(b), i32.shl(get(s), i32.const(2)));
+    const exAt = (): Code => i32.add(get(e), i32.shl(get(s), i32.const(3)));
+    f.body = [
+      set(h, A('h0')),
+      block(loop(br_if(1, i32.ge_u(get(h), A('h1'))),
+        set(b, i32.add(A('sc'), i32.shl(i32.mul(get(h), A('n')), i32.const(2)))),
+        set(e, i32.add(A('ex'), i32.shl(i32.mul(get(h), A('n')), i32.const(3)))),
+        set(mx, f64.const(-Infinity)),
+        ...overS(set(v, f64.promote_f32(f32.load(scAt()))), set(mx, select(get(v), get(mx), f64.gt(get(v), get(mx))))),
+        set(Z, f64.const(0)),
+        ...overS(set(v, call(opts.expFn, f64.sub(f64.promote_f32(f32.load(scAt())), get(mx)))), f64.store(exAt(), get(v)), set(Z, f64.add(get(Z), get(v)))),
+        ...overS(f32.store(scAt(), f32.demote_f64(f64.div(f64.load(exAt()), get(Z))))),
+        inc(h, 1), br(0))),
+    ];
+  }
+  {
+    // out_i = f32(out_i * (1 / (1 + exp(-g_i)))) for i in [i0, i1) (mla.ts's sigmoid output gate)
+    const f = fnx('sigmoid_gate', { out: I32, g: I32, i0: I32, i1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const i = f.local('i', I32), end = f.local('end', I32), o = f.local('o', I32);
+    f.body = [
+      set(i, i32.shl(A('i0'), i32.const(2))),
+      set(end, i32.shl(A('i1'), i32.const(2))),
+      block(loop(br_if(1, i32.ge_u(get(i), get(end))),
+        set(o, i32.add(A('out'), get(i))),
+        f32.store(get(o), f32.demote_f64(f64.mul(f64.promote_f32(f32.load(get(o))),
+          f64.div(f64.const(1), f64.add(f64.const(1), call(opts.expFn, f64.neg(f64.promote_f32(f32.load(i32.add(A('g'), get(i))))))))))),
         inc(i, 4), br(0))),
     ];
   }
@@ -376,7 +459,7 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
             inc(j, 1), br(0))),
           f32.store(i32.add(get(o), get(ib)), get(acc)),
           inc(i, 1), br(0))),
-        block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'))),
+        block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'), get(o))),
         inc(t, 1), br(0))),
     ];
   }
@@ -412,7 +495,7 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
           ...overScores(f64.store(si(), f64.div(f64.load(si()), get(Z)))),
           call(sum.index, A('cands'), A('m'), A('D'), A('scores'), A('out'), get(t), i32.add(get(t), i32.const(1))),
         ]),
-        call(rmsRow.index, get(o), A('norm'), A('D'), i32.add(A('epsPtr'), i32.const(8))),
+        call(rmsRow.index, get(o), A('norm'), A('D'), i32.add(A('epsPtr'), i32.const(8)), get(o)),
         inc(t, 1), br(0))),
     ];
   }
