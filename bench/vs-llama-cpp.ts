@@ -444,9 +444,10 @@ async function speedLlama(nlc: NodeLlamaCpp, gguf: string, vocab: number, o: { t
       const s = await LlamaSeq.create(model, vocab, { threads: t, batch: o.pp, ctx: Math.max(256, o.pp + o.tg + 8) });
       const row: SpeedRow = { engine: 'llama.cpp', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
       try {
-        // Warm-up (graph allocation, page faults of the mmap): a whole prompt and one decode step.
+        // Warm-up (graph allocation, page faults of the mmap): one untimed run, a whole prompt and
+        // o.tg decode steps, as each timed run (warmUp, the same for both engines).
         let r = await s.feed(prompt, false);
-        await s.feed([r.token], false);
+        for (let i = 0; i < o.tg; i++) r = await s.feed([r.token], false);
         await timeRuns(row, o.reps, {
           begin: () => s.reset(),
           prefill: async () => void (r = await s.feed(prompt, false)),
@@ -473,11 +474,13 @@ async function speedOurs(dir: string, o: { threads: number[]; pp: number; tg: nu
     const prompt = benchPrompt(o.pp, V, 777);
     const row: SpeedRow = { engine: o.fast ? 'ours --fast' : 'ours', threads: t, pp: o.pp, ppTokS: [], tg: o.tg, tgTokS: [] };
     try {
-      // Warm-up as llama.cpp's above (a whole prompt, one decode step): the first forward reads
-      // the weights in, the JavaScript of both paths gets compiled, the scratch pages touched.
+      // Warm-up as llama.cpp's above (a whole prompt, o.tg decode steps): the first forward reads
+      // the weights in, the scratch pages get touched, and the JavaScript of both paths (the main
+      // thread's and each new worker's) gets optimized, which takes a few dozen forwards: with one
+      // decode step of warm-up, the first timed run decoded ~8% slower than the third.
       let state = model.newState();
       let logits = await model.forward(state, prompt, 'last');
-      await model.forward(state, [argmax(logits, 0, V)], 'last');
+      for (let i = 0; i < o.tg; i++) logits = await model.forward(state, [argmax(logits, 0, V)], 'last');
       await timeRuns(row, o.reps, {
         // each run on a fresh sequence; the last one's memory is reused (as llama.cpp's reset)
         begin: () => {
@@ -726,7 +729,7 @@ async function main(): Promise<void> {
     if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
-    log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${perRound(reps) * rounds} reps (mean ± sd); ours ${perRound(oursReps) * rounds} rep(s); ${rounds} round(s), the engines taking turns.`);
+    log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${perRound(reps) * rounds} reps (mean ± sd); ours ${perRound(oursReps) * rounds} rep(s); ${rounds} round(s), the engines taking turns; before each engine's reps, one untimed run as warm-up (the prompt and the decode steps).`);
     const used = lrows[0]?.gguf;
     const failed = failures.map((f) => `${variantName(f.gguf)}: ${f.reason}`).join('; ');
     if (used) log(`      llama.cpp GGUF: ${variantName(used)}${used === 'f16' ? ' (MLA attn_k_b / attn_v_b in F32)' : ''}${failed ? `, the fallback after ${failed}` : ''}.`);
