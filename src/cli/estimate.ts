@@ -67,19 +67,31 @@ export function syntheticWeight(name: string, format: WeightFormat, rows: number
   return { name: `${name} ${format}`, format, rows, cols, data, scale };
 }
 
-/** Seconds one one-token product `y = W x` takes: one call to warm up, then as many as fit in `ms`. */
-export function secondsPerMatmul(k: { matmul: (w: WeightView, x: Float32Array, T: number, y: Float32Array) => void }, w: WeightView, ms: number): number {
-  const x = new Float32Array(w.cols).fill(0.5);
-  const y = new Float32Array(w.rows);
-  k.matmul(w, x, 1, y);
+/**
+ * Seconds one one-token product `y = W x` takes: one call to warm up (one round of them, given
+ * several matrices of one shape), then as many as fit in `ms`, cycling through the matrices.
+ */
+export function secondsPerMatmul(k: { matmul: (w: WeightView, x: Float32Array, T: number, y: Float32Array) => void }, w: WeightView | readonly WeightView[], ms: number): number {
+  const ws = Array.isArray(w) ? w : [w as WeightView];
+  const x = new Float32Array(ws[0]!.cols).fill(0.5);
+  const y = new Float32Array(ws[0]!.rows);
+  for (const v of ws) k.matmul(v, x, 1, y);
   let n = 0;
   const t0 = performance.now();
   while (performance.now() - t0 < ms) {
-    k.matmul(w, x, 1, y);
+    k.matmul(ws[n % ws.length]!, x, 1, y);
     n++;
   }
   return (performance.now() - t0) / 1000 / n;
 }
+
+/**
+ * Bytes of distinct weights a rate is measured over, cycled through: more than the caches of the
+ * machines this runs on hold, as the model's weights are. (One 32 MiB matrix, measured before,
+ * stayed in a large L3: 32 GiB/s BF16 at 2 threads on an Intel Xeon whose decode streams 19, and
+ * k3-medium's estimate was 33 ms a token where it decodes in 57.)
+ */
+const PROBE_BYTES = 128 * MiB;
 
 /** Weight bytes per second of one-token products, for ~150 ms per format; and the seconds one
  *  tiny product takes (the fixed cost of a call, which dominates small models). */
@@ -89,20 +101,31 @@ async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: 
   const group = await KernelGroup.create(96 * MiB, { threads });
   try {
     const k = group.members[0]!;
-    const time = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): { bytes: number; seconds: number } => {
+    /** `copies` matrices of one shape (the first one's bytes copied into the others). */
+    const time = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number, copies = 1): { bytes: number; seconds: number } => {
       const bytes = fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2 + (rows * cols) / 32;
-      const w = syntheticWeight('estimate', fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
-      return { bytes, seconds: secondsPerMatmul(k, w, 150) };
+      const made = (): WeightView => syntheticWeight('estimate', fmt, rows, cols, k.alloc(fmt === 'bf16' ? rows * cols * 2 : (rows * cols) / 2, 4096).u8, fmt === 'mxfp4' ? k.alloc((rows * cols) / 32).u8 : undefined);
+      const first = made();
+      const ws = [first];
+      for (let i = 1; i < copies; i++) {
+        const data = k.alloc(first.data.length, 4096).u8;
+        data.set(first.data);
+        const scale = first.scale ? k.alloc(first.scale.length).u8 : undefined;
+        if (scale) scale.set(first.scale!);
+        ws.push({ ...first, data, scale });
+      }
+      return { bytes, seconds: secondsPerMatmul(k, ws, 150) };
     };
-    const rate = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number): number => {
-      const t = time(fmt, rows, cols);
+    /** Weight bytes per second over PROBE_BYTES of matrices of `bytes` each. */
+    const rate = (fmt: 'bf16' | 'mxfp4', rows: number, cols: number, bytes: number): number => {
+      const t = time(fmt, rows, cols, Math.max(1, Math.round(PROBE_BYTES / bytes)));
       return t.bytes / t.seconds;
     };
-    // Matrices of 32 MiB (BF16) and 16 MiB (MXFP4): larger than the caches, as the model's weights are.
+    // Matrices of 32 MiB (BF16) and 16 MiB (MXFP4), PROBE_BYTES of each
     const cols = Math.min(D, 4096);
-    const trunk = rate('bf16', Math.ceil((32 * MiB) / (cols * 2)), cols);
+    const trunk = rate('bf16', Math.ceil((32 * MiB) / (cols * 2)), cols, 32 * MiB);
     const ecols = Math.min(latent, 4096);
-    const experts = mxfp4Experts && latent % 32 === 0 ? rate('mxfp4', Math.ceil((16 * MiB) / ((ecols * 17) / 32)), ecols) : null;
+    const experts = mxfp4Experts && latent % 32 === 0 ? rate('mxfp4', Math.ceil((16 * MiB) / ((ecols * 17) / 32)), ecols, 16 * MiB) : null;
     return { trunk, experts, perCall: time('bf16', 32, 32).seconds };
   } finally {
     await group.close();
