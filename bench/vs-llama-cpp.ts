@@ -697,9 +697,9 @@ async function main(): Promise<void> {
     // take turns, so a ratio within a round compares them under the same load, and a round that a
     // noisy neighbour slowed moves the median little.
     const nl = perRound(reps), no = perRound(oursReps);
-    const roundMedian = (o: number[], l: number[]): number => {
+    const roundMedian = (o: number[], l: number[], nO = no, nL = nl): number => {
       const rs: number[] = [];
-      for (let k = 0; (k + 1) * no <= o.length && (k + 1) * nl <= l.length; k++) rs.push(mean(o.slice(k * no, (k + 1) * no)) / mean(l.slice(k * nl, (k + 1) * nl)));
+      for (let k = 0; (k + 1) * nO <= o.length && (k + 1) * nL <= l.length; k++) rs.push(mean(o.slice(k * nO, (k + 1) * nO)) / mean(l.slice(k * nL, (k + 1) * nL)));
       rs.sort((a, b) => a - b);
       return rs.length === 0 ? NaN : rs.length % 2 ? rs[(rs.length - 1) / 2]! : (rs[rs.length / 2 - 1]! + rs[rs.length / 2]!) / 2;
     };
@@ -721,11 +721,12 @@ async function main(): Promise<void> {
       ratios.map((r) => [String(r.threads), String(r.oursThreads), `${x(r.pp)} (rounds ${x(r.ppRounds)})`, `${x(r.tg)} (rounds ${x(r.tgRounds)})`, ...(frows.length ? [`${x(r.fastTg)} (rounds ${x(r.fastTgRounds)})`] : [])]),
     ));
     if (rounds > 1) log(`(ratio of the means over all reps; in parentheses the median of the ${rounds} rounds' ratios, each round running the engines back to back)`);
-    const scale = (rs: SpeedRow[]) => {
+    // (and the median of the rounds' scalings: within a round one engine's 1- and 2-thread runs follow each other)
+    const scale = (rs: SpeedRow[], n: number) => {
       const a = rs.find((r) => r.threads === 1), b = rs.find((r) => r.threads === 2);
-      return a && b ? (mean(b.tgTokS) / mean(a.tgTokS)).toFixed(2) + 'x' : null;
+      return a && b ? `${(mean(b.tgTokS) / mean(a.tgTokS)).toFixed(2)}x${rounds > 1 ? ` (rounds ${roundMedian(b.tgTokS, a.tgTokS, n, n).toFixed(2)}x)` : ''}` : null;
     };
-    const sc = [['llama.cpp', scale(lrows)], ['ours', scale(orows)], ['ours --fast', scale(frows)]].filter(([, v]) => v !== null);
+    const sc = [['llama.cpp', scale(lrows, nl)], ['ours', scale(orows, no)], ['ours --fast', scale(frows, no)]].filter(([, v]) => v !== null);
     if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
