@@ -127,6 +127,9 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: F
   return linear(c, w.o, out, T);
 }
 
+/** The most bytes of scores and exponentials an MLA chain allocates (16 MiB: 87K positions of 16 heads). */
+const MLA_CHAIN_SCORE_BYTES = 16 * 2 ** 20;
+
 /**
  * One decode token of one sequence (T = 1) in one chained dispatch (Compute.chainFor): the block's
  * input (when still to compute), the products of x, q_a's norm and q_b, the latent appended to the
@@ -140,6 +143,9 @@ function mlaChained(c: Compute, p: MlaParams, w: MlaWeights, xin: Float32Array |
   if (!c.group || p.rope || T !== 1 || parts.length !== 1) return null;
   const cache = parts[0]!.cache;
   const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
+  // the scores and their exponentials (12 bytes a head and position) are arena temporaries: past
+  // a long context, step by step (the arena's headroom for temporaries is bounded)
+  if (12 * H * (cache.length + 1) > MLA_CHAIN_SCORE_BYTES) return null;
   const dq = dn + dr;
   const qa = 'direct' in w.q ? null : w.q;
   const views = viewsNow([qa ? qa.a : (w.q as { direct: Mat }).direct, w.kva, ...(qa ? [qa.b] : []), w.kvb, w.o, ...(w.gate ? [w.gate] : [])]);
