@@ -67,6 +67,7 @@ import { argmax } from '../src/generate/greedy.js';
 import { synthCheckpoint, type SynthOptions } from '../src/synth/synth.js';
 import { formatBytes } from '../src/util/format.js';
 import { thpMode } from '../src/util/hugepages.js';
+import { machineInfo, machineLine } from '../src/util/machine.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 import { runChild, serveChild } from './child.js';
 
@@ -617,7 +618,7 @@ async function main(): Promise<void> {
   const rounds = intList(values.rounds)[0]!;
 
   if (!resolveNodeLlamaCpp()) throw new Error(`node-llama-cpp is not installed: run \`${LLAMA_INSTALL}\` in ${ROOT} (its own install, about 700 MB), then rerun`);
-  const report: Record<string, unknown> = { node_llama_cpp: '3.21.1' };
+  const report: Record<string, unknown> = { node_llama_cpp: '3.21.1', machine: machineInfo() };
 
   if (!only || only === 'agree') {
     log('== Agreement: K3 demo dims, BF16 experts; GGUF all F32 ==');
@@ -737,6 +738,7 @@ async function main(): Promise<void> {
     else log(`      llama.cpp: no rows, every GGUF variant failed (${failed}).`);
     const thp = thpMode();
     (report.speed as Record<string, unknown>).thp = thp;
+    log(`      machine: ${machineLine()}.`);
     log(`      transparent huge pages: ${thp ?? 'not available'}${thp && thp !== 'always' ? ' (our kernels\' memory gets 4 KiB pages; with \'always\' our bf16 decode streams faster: see src/util/hugepages.ts)' : ''}.`);
     const noisy = [...lrows, ...orows].filter((r) => [r.ppTokS, r.tgTokS].some((a) => a.length > 1 && sd(a) > 0.1 * mean(a)));
     if (noisy.length > 0) log(`      NOISY: sd above 10% of the mean in ${noisy.map((r) => `${r.engine} t=${r.threads}`).join(', ')}: something else shared the CPU; rerun on a quiet machine.`);

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN } from './helpers.js';
 
-test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel rows', () => {
+test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel rows, the machine', () => {
   const r = spawnSync(process.execPath, [CLI, 'bench', path.join(GOLDEN, 'k3'), '-p', '8', '-n', '4', '-r', '2', '--threads-list', '1,2', '--json'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   const j = JSON.parse(r.stdout);
@@ -18,6 +18,8 @@ test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel ro
   }
   assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'bf16'));
   assert.ok(j.kernels.some((k: { kind: string }) => k.kind === 'mxfp4'));
+  // what the figures were measured on
+  assert.ok(typeof j.machine.cpu === 'string' && j.machine.cpu.length > 0 && j.machine.logical_cpus >= 1, JSON.stringify(j.machine));
 });
 
 test('k3 bench --profile: a per-token breakdown of decode per thread count, buckets within the token time', () => {

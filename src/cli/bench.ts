@@ -12,6 +12,7 @@ import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { q7Bytes, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import { UserError } from '../util/errors.js';
 import { thpHint, thpMode } from '../util/hugepages.js';
+import { machineInfo, machineLine } from '../util/machine.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and
 // text generation (tgN: N one-token forwards after a one-token prompt), tokens/s as mean ± sd
@@ -258,7 +259,8 @@ ${MODEL_HELP}`,
       }
     }
     if (values.json) {
-      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...(cost ? { fast_experts_cost: cost } : {}), ...(fastCost ? { fast_cost: fastCost } : {}), ...(values.profile ? { profile: profRows } : {}), thp: thpMode() }));
+      const extra = { ...(cost ? { fast_experts_cost: cost } : {}), ...(fastCost ? { fast_cost: fastCost } : {}), ...(values.profile ? { profile: profRows } : {}) };
+      console.log(JSON.stringify({ model: dir, ...info, rows, kernels: kernelRows, ...extra, thp: thpMode(), machine: machineInfo() }));
       return 0;
     }
     const size = info ? `${(info.bytes / 2 ** 30).toFixed(2)} GiB` : '?';
@@ -282,11 +284,10 @@ ${MODEL_HELP}`,
       for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
       console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
     }
+    console.log('');
+    console.log(`machine: ${machineLine()}`);
     const hint = thpHint();
-    if (hint) {
-      console.log('');
-      console.log(`note: ${hint}`);
-    }
+    if (hint) console.log(`note: ${hint}`);
     if (cost) {
       console.log('');
       console.log(`fast experts vs exact, next-token distributions over ${cost.positions} positions (${cost.prompt}): mean KL ${cost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * cost.top1_agreement).toFixed(1)}%`);
