@@ -90,9 +90,10 @@ format of the model: GMAC/s and GB/s of weights for a matrix of its shape, T = 1
   -n N              generated tokens (default 32; 0 skips tg)
   -r N              repetitions (default 5)
   --profile         also a per-token breakdown of decode at each thread count: trunk matmul
-                    kernels, expert kernels, fused pieces (KDA, MLA, activations), dispatch (JS
-                    around kernel calls), waits for workers, and the rest (JavaScript element-wise
-                    work: norms, rope, router, softmax, AttnRes); timed runs apart from the t/s rows
+                    kernels (with the fused steps of a chained block: a KDA layer, an MLA token, a
+                    block's input), expert kernels, fused pieces dispatched alone, dispatch (JS
+                    around kernel calls), waits for workers, and the rest (JavaScript: routing,
+                    building the chains, what runs step by step); timed runs apart from the t/s rows
   --threads-list L  comma-separated thread counts (default 1,2 capped at the cores)
   --json            one JSON object
 
@@ -278,7 +279,7 @@ ${MODEL_HELP}`,
       const cols: (ProfileBucket | 'js')[] = [...PROFILE_BUCKETS, 'js'];
       const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
       console.log('');
-      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products, experts = dispatches of mxfp4/int4 products (with the shared expert when nothing is read), fused = KDA/MLA/activations, js = the rest):`);
+      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products (and a chained block's fused steps), experts = dispatches of mxfp4/int4 products (with the shared expert when nothing is read), fused = fused pieces dispatched alone, js = the rest):`);
       console.log(`| threads |${fastAll ? ' path |' : ''} ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
       console.log(`| ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
       for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
