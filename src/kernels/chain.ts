@@ -188,7 +188,7 @@ export class Chain {
     if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);
     if (norm && (!this.k.contains(norm) || norm.length < zw)) throw new RangeError('moe combine: the norm must lie in kernel memory');
     const mem = (): ArrayBufferLike => this.k.mem();
-    const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.k.allocOffset(8, 8);
+    const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.f64s(eps);
     const out = this.alloc(T * zw);
     const tab = new Int32Array(mem(), ys, T * K);
     rows.forEach((r, i) => {
@@ -196,7 +196,6 @@ export class Chain {
       tab[i] = r.byteOffset;
     });
     new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
-    new Float64Array(mem(), ep, 1)[0] = eps;
     this.fused(OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], T, T * K * zw + (norm ? 2 * T * zw : 0));
     return out;
   }

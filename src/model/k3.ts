@@ -28,21 +28,15 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   let prefix: Float32Array | null = p;
   // each block's input: RMSNorm of the mix of the snapshots and the stream (the stream alone
   // before the first snapshot), computed by the block (block-input.ts)
-  const xa: BlockInput = {
-    cands: [...B, prefix], fold: B.length > 0 ? await fold(b, BundleKind.FoldAttn, l, () => b.names.layerAttnRes(l, 'attn')) : null, mixEps: eps,
-    norm: await normGain(b, 'input', l), normEps: eps, T, D,
-  };
+  const input = (cands: Float32Array[], f: Float32Array | null, norm: Float32Array): BlockInput => ({ cands, fold: f, mixEps: eps, norm, normEps: eps, T, D });
+  const xa = input([...B, prefix], B.length > 0 ? await fold(b, BundleKind.FoldAttn, l, () => b.names.layerAttnRes(l, 'attn')) : null, await normGain(b, 'input', l));
   if (l % cfg.attnResBlock! === 0) {
     B.push(prefix); // snapshot the pre-mix stream, then start a new block
     prefix = null;
   }
   const a = await attention(b, l, xa, T, state);
   prefix = prefix ? add(prefix, a) : a;
-  const xf: BlockInput = {
-    cands: [...B, prefix], fold: await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), mixEps: eps,
-    norm: await normGain(b, 'post', l), normEps: eps, T, D,
-  };
-  const f = await ffn(b, l, xf, T);
+  const f = await ffn(b, l, input([...B, prefix], await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), await normGain(b, 'post', l)), T);
   return add(prefix, f);
 }
 

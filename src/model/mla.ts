@@ -97,7 +97,8 @@ export interface MlaPart {
  * each part attends over its own cache; each row's numbers are as if alone.
  */
 export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: Float32Array | BlockInput, T: number, cache: MlaCache | readonly MlaPart[]): Promise<Float32Array> {
-  const chained = mlaChained(c, p, w, xin, T, cache instanceof MlaCache ? [{ T, cache }] : cache);
+  const parts = cache instanceof MlaCache ? [{ T, cache }] : cache;
+  const chained = mlaChained(c, p, w, xin, T, parts);
   if (chained) return chained;
   const x = blockInput(c, xin);
   const { heads: H, ropeDim: dr, vDim: dv } = p;
@@ -106,7 +107,6 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: F
   const first = 'direct' in w.q ? w.q.direct : w.q.a;
   const [q0, a, g] = await linearMany(c, [first, w.kva, ...(w.gate ? [w.gate] : [])].map((m) => ({ m, x, T })));
   const q = 'direct' in w.q ? q0! : await linear(c, w.q.b, rmsNorm(q0!, T, w.q.a.rows, w.q.norm, p.latentNormEps), T);
-  const parts = cache instanceof MlaCache ? [{ T, cache }] : cache;
   let r0 = 0;
   const starts = parts.map((part) => {
     const p0 = part.cache.length;
