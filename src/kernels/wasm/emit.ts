@@ -204,13 +204,16 @@ export const f32x4 = {
   convert_i32x4_s: vun(0xfa),
   /** Both f64 lanes rounded to f32 (nearest even) in lanes 0-1; lanes 2-3 zero. */
   demote_f64x2_zero: vun(0x5e),
+  /** relaxed_madd(a, b, c) = a*b + c: fused (one rounding) or not, as the machine does it
+   *  (loader.ts fusedMaddAvailable tells which). */
+  relaxed_madd: (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x105)],
 };
 
 export const f64x2 = {
   splat: vun(0x14),
   /** Lanes 0-1 of an f32x4, exactly. */
   promote_low_f32x4: vun(0x5f),
-  lt: vbin(0x49),
+  lt: vbin(0x49), gt: vbin(0x4a),
   abs: vun(0xec), neg: vun(0xed),
   add: vbin(0xf0), sub: vbin(0xf1), mul: vbin(0xf2), div: vbin(0xf3),
   /** pmin(a, b) = b < a ? b : a;  pmax(a, b) = a < b ? b : a (per lane, as written). */
@@ -218,7 +221,7 @@ export const f64x2 = {
 };
 
 export const i64x2 = {
-  shl: vshift(0xcb), add: vbin(0xce), sub: vbin(0xd1),
+  shl: vshift(0xcb), shr_s: vshift(0xcc), add: vbin(0xce), sub: vbin(0xd1), eq: vbin(0xd6),
 };
 
 /** 32-bit-lane shuffle of two vectors: lanes 0..3 pick from a, 4..7 from b. */

@@ -61,6 +61,7 @@ import {
   type Code, type Fn, type ValType, I32, F32, F64, V128, get, set, tee, block, loop, br, br_if, call, if_, select,
   i32, f32, f64, v128, f32x4,
 } from './emit.js';
+import type { Madd } from './fma.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | typeof F32 | null, exported?: boolean) => Fn;
 type Finalize = (f: Fn, perm: 'id', acc: readonly number[], tag: string) => Code;
@@ -134,7 +135,7 @@ function columnTiles(j: number, limit: number, jend: number, tiles: Tile[], body
   return out;
 }
 
-export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: number; wsumTile?: number; expFn: number }): void {
+export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: number; wsumTile?: number; expFn: number; madd: Madd }): void {
   const inc = (l: number, n: number | Code): Code => set(l, i32.add(get(l), typeof n === 'number' ? i32.const(n) : n));
   const tilesOf = (cols: number, tag: string): Tile[] => [
     ...(cols > 4 ? [{ lane: VEC, units: cols / 4, tag: `${tag}w` }] : []),
@@ -212,12 +213,12 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
       set(pend, i32.add(get(a), i32.shl(i32.and(n, i32.const(-16)), i32.const(2)))),
       ...acc.map((x) => set(x, VEC.zero)),
       block(loop(br_if(1, i32.ge_u(get(pa), get(pend))),
-        ...acc.map((x, m) => set(x, f32x4.add(get(x), f32x4.mul(v128.load(get(pa), 16 * m), v128.load(get(pb), 16 * m))))),
+        ...acc.map((x, m) => set(x, opts.madd.v(v128.load(get(pa), 16 * m), v128.load(get(pb), 16 * m), get(x)))),
         inc(pa, 64), inc(pb, 64), br(0))),
       set(r, finalize(f, 'id', acc, tag)),
       set(pend, i32.add(get(a), i32.shl(n, i32.const(2)))),
       block(loop(br_if(1, i32.ge_u(get(pa), get(pend))),
-        set(r, f32.add(get(r), f32.mul(f32.load(get(pa)), f32.load(get(pb))))),
+        set(r, opts.madd.s(f32.load(get(pa)), f32.load(get(pb)), get(r))),
         inc(pa, 4), inc(pb, 4), br(0))),
       get(r),
     ];

@@ -1,6 +1,7 @@
 // The WebAssembly SIMD kernels, generated as a module by emit.ts. They reproduce ref.ts byte for
 // byte (docs/NUMERICS.md): every output element is the canonical 16-lane dot of a decoded weight
-// row with an activation row, f32x4.mul then f32x4.add (never a fused multiply-add).
+// row with an activation row, each step one fused multiply-add (fma.ts: f32x4.relaxed_madd where
+// the machine fuses it, an exact emulation elsewhere).
 //
 // Lane permutations. The canonical dot puts column i in lane i%16 and adds, per lane, in column
 // order. Which register position holds which lane is free, as long as it is fixed. bf16 widens
@@ -24,7 +25,7 @@
 // at KCONST), then, from CONST_END, the arena.
 
 import {
-  type Code, type FuncImport, Fn, I32, F32, F64, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv, if_,
+  type Code, type FuncImport, type ValType, Fn, I32, F32, F64, V128, assemble, get, set, call, drop, block, loop, br, br_if, ifv, if_,
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32,
 } from './emit.js';
 import { addFused } from './fused.js';
@@ -32,6 +33,7 @@ import { addAct } from './act.js';
 import { addKdaBlock } from './kda-block.js';
 import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
+import { addMadd, type Madd } from './fma.js';
 
 /** `sdt` word of an mxfp4 matmul op that selects the optional 8-bit-activation kernel (q8.ts):
  *  x is then quantizeQ8's output. mxfp4 has E8M0 scales, so sdt is otherwise unused there. */
@@ -80,6 +82,13 @@ export const TILE_MIN_T = 4;
  *  of far apart were slower than one row: neighbouring pages look like one stream). */
 export const MM1_ROWS = 2;
 export const MM1_MIN_DIST = 8;
+/** mxfp4 rows the single-token matmul decodes (to bf16, into scratch) and then walks side by side,
+ *  all 8 accumulators in one pass. Why: a row's dot is 4 chains of fused multiply-adds (4 cycles
+ *  each on Intel's Golden Cove, where an add alone takes 2), so one decoded row at a time waits on
+ *  them; two give 8 chains. k3-medium decode, Intel Xeon (Sapphire Rapids class), 1 thread: 1 row
+ *  8.9 tok/s, 2 rows 10.2 (9.8 with the old mul + add, 1 row). Stored bf16 rows stream from
+ *  memory and keep MM1_ROWS with two passes (one pass measured no faster here, slower on Zen 3). */
+export const MM1_DEC_ROWS = 2;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
@@ -89,6 +98,9 @@ export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4
 export interface GenOptions {
   /** Use relaxed_swizzle for table lookups (indices are always 0..15, so results are identical). */
   relaxed: boolean;
+  /** f32x4.relaxed_madd is a fused multiply-add on this machine (loader.ts fusedMaddAvailable):
+   *  the dots use it; otherwise they use fma.ts's exact emulation (same bytes, slower). */
+  fusedMadd?: boolean;
   /** Tokens per tile of the multi-token path, and the smallest T that takes it (tuning only: the
    *  defaults TILE_TOKENS and TILE_MIN_T are what fast.ts lays the activations out for). */
   tileTokens?: number;
@@ -123,7 +135,8 @@ function forLt(i: number, end: number, step: number, ...body: Code[]): Code {
 }
 
 const addp = (a: Code, b: Code): Code => i32.add(a, b);
-const mac = (acc: number, w: Code, x: Code): Code => set(acc, f32x4.add(get(acc), f32x4.mul(w, x)));
+/** acc = fma(w, x, acc) per lane: the canonical dot's step. */
+const mac = (m: Madd, acc: number, w: Code, x: Code): Code => set(acc, m.v(w, x, get(acc)));
 
 /**
  * Canonical reduction of 4 accumulators held in permutation `perm` to one f32 (left on the stack).
@@ -179,13 +192,15 @@ interface Gen {
   fns: Fn[];
   pool: Uint8Array[];
   /** A new function of the module, numbered in creation order. */
-  fnx: (name: string, params: Record<string, typeof I32>, result?: typeof I32 | typeof F32 | null, exported?: boolean) => Fn;
+  fnx: (name: string, params: Record<string, ValType>, result?: ValType | null, exported?: boolean) => Fn;
   /** A local holding vector constant b (16 bytes), loaded from the pool in f's prologue. */
   K: (f: Fn, b: Uint8Array) => number;
   Kg: (f: Fn, b: Uint8Array) => Code;
   swz: typeof i8x16.swizzle;
   /** Tokens per tile of the tiled matmul (opts.tileTokens, default TILE_TOKENS). */
   TT: number;
+  /** The dot's multiply-add (fma.ts). */
+  madd: Madd;
 }
 
 function newGen(opts: GenOptions): Gen {
@@ -207,14 +222,16 @@ function newGen(opts: GenOptions): Gen {
   const Kg = (f: Fn, b: Uint8Array): Code => get(K(f, b));
   const swz = opts.relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
   const fns: Fn[] = [];
-  const fnx = (name: string, params: Record<string, typeof I32>, result: typeof I32 | typeof F32 | null = null, exported = true): Fn => {
+  const fnx = (name: string, params: Record<string, ValType>, result: ValType | null = null, exported = true): Fn => {
     const f = new Fn(name, params, result, exported);
     f.index = FUNC_IMPORTS.length + fns.length;
     fns.push(f);
     return f;
   };
   const TT = Math.max(1, Math.min(16, opts.tileTokens ?? TILE_TOKENS));
-  return { opts, fns, pool, fnx, K, Kg, swz, TT };
+  // first of the module's functions when emulated (fma_emu)
+  const madd = addMadd(fnx, opts.fusedMadd ?? false);
+  return { opts, fns, pool, fnx, K, Kg, swz, TT, madd };
 }
 
 const reg = (f: Fn): number => f.index;
@@ -479,11 +496,11 @@ interface RowSource {
 /**
  * Dot NR rows (src rows 0..NR-1) with one activation row at xq (perm layout) and store row i's
  * result at yAddr(i). The rows are walked side by side, step by step, each with its own 4
- * accumulators and the canonical per-lane mul-then-add sequence, so its numbers are those of
+ * accumulators and the canonical per-lane fused multiply-add sequence, so its numbers are those of
  * the row alone. `passes` split the lanes: each pass walks the columns once for its accumulators
  * (every lane is an independent chain, so the split changes nothing). Uses locals prefixed by tag.
  */
-function rowsBody(f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr: (i: number) => Code, tag: string,
+function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr: (i: number) => Code, tag: string,
   passes: readonly (readonly number[])[] = [[0, 1, 2, 3]]): Code[] {
   const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
   const q = f.local(`${tag}q`, I32), q0 = f.local(`${tag}q0`, I32), qend = f.local(`${tag}qend`, I32);
@@ -502,7 +519,7 @@ function rowsBody(f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr
       ...R.flatMap((i) => src.init(f, i)),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
         ...(NR > 1 ? ks.map((k) => set(X[k]!, v128.load(get(q), 16 * k))) : []),
-        ...R.flatMap((i) => src.step(f, i, (k, w) => mac(A[i]![k & 3]!, w, xk(k)), ks)),
+        ...R.flatMap((i) => src.step(f, i, (k, w) => mac(m, A[i]![k & 3]!, w, xk(k)), ks)),
         ...R.flatMap((i) => src.advance(f, i)),
         set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0))),
     );
@@ -513,8 +530,8 @@ function rowsBody(f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr
       set(acc, finalize(f, perm, A[i]!, `${tag}${i}`)),
       set(c, i32.and(cols, i32.const(-16))),
       block(loop(br_if(1, i32.ge_u(get(c), cols)),
-        set(acc, f32.add(get(acc), f32.mul(src.tail(f, i, get(c)),
-          f32.load(addp(get(q), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2))))))),
+        set(acc, m.s(src.tail(f, i, get(c)),
+          f32.load(addp(get(q), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2)))), get(acc))),
         set(c, i32.add(get(c), i32.const(1))), br(0))),
       f32.store(yAddr(i), get(acc)),
     );
@@ -574,40 +591,49 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
       const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
       const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
       const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
+      const decFn = inPlace ? -1 : reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!);
+      // decoded rows of a group: one after another in scratch (bf16 rows, 16-byte aligned)
+      const decStride = i32.and(i32.add(get(rowb), i32.const(15)), i32.const(-16));
       f.body = [
         set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
         set(j, P('r0')),
         forLt(j, jend, 1,
-          // a stored row used in place, or one decoded into scratch
+          // a stored row used in place, or rows decoded into scratch
           ...(inPlace
             ? [set(stride, nr === 1 ? get(rowb) : i32.mul(P('qd'), get(rowb))), set(base, addp(P('w'), i32.mul(get(j), get(rowb))))]
-            : [drop(call(reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), get(j), P('scratch'))), set(base, P('scratch'))]),
+            : [
+              set(stride, decStride), set(base, P('scratch')),
+              ...Array.from({ length: nr }, (_, i) =>
+                drop(call(decFn, P('w'), P('s'), P('sdt'), P('rows'), P('cols'), rowOf(i), addp(get(base), i32.mul(get(stride), i32.const(i)))))),
+            ]),
           set(t, i32.const(0)),
-          forLt(t, f.p('T'), 1, ...rowsBody(f, perm, nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
+          forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, perm, nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
       ];
       return f;
     };
+    const grouped = inPlace || kind === 'dec_bf16';
     const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
-    if (!inPlace) {
+    if (!grouped) {
       mm1[fmt] = one;
       continue;
     }
+    const NRg = inPlace ? MM1_ROWS : MM1_DEC_ROWS;
     // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: two streams from memory. Their loop
     // makes two passes over lane groups (accumulators 0, 1, then 2, 3), the rows' bytes in L1 for
-    // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). A function of
-    // its own, as V8 allocates registers per function. Decoded rows (mxfp4, ...) are bound by the
-    // decoding, not by memory: 4 of them at a time measured 20-40% slower.
-    const group = rowFn('mm1g', MM1_ROWS, [[0, 1], [2, 3]]);
+    // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). Decoded mxfp4
+    // rows MM1_DEC_ROWS at a time, in one pass. A function of its own, as V8 allocates registers
+    // per function. Other decoded formats (f16, fp8, int4: f32 rows) go one row at a time.
+    const group = rowFn('mm1g', NRg, inPlace ? [[0, 1], [2, 3]] : [[0, 1, 2, 3]]);
     const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));
     const qd = f.local('qd', I32);
     const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
     f.body = [
-      set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_ROWS))),
-      if_(i32.ge_u(get(qd), i32.const(MM1_MIN_DIST)), [
+      set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(NRg))),
+      if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
         call(reg(group), ...args(P('r0')), get(qd)),
-        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(MM1_ROWS))))),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
       ], [call(reg(one), ...args(P('r0')))]),
     ];
   }
@@ -625,7 +651,7 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
 // vector is loaded once and used for tt tokens, each activation vector once for both rows, and
 // the activations stream contiguously. Each lane is an independent chain, so splitting the 16
 // lanes into passes changes nothing: every output element sees the canonical per-lane
-// mul-then-add sequence, then the fixed combine and the sequential tail ----
+// fused multiply-add sequence, then the fixed combine and the sequential tail ----
 function addTiledMatmul(gen: Gen, dec: Decoders): void {
   const TT = gen.TT;
   const TR = gen.opts.tileRows ?? TILE_ROWS;
@@ -695,8 +721,8 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
               ...Array.from({ length: tt }, (_, j) => {
                 const xj = f.local('xj', V128);
                 return nr === 1
-                  ? mac(A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
-                  : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];
+                  ? mac(gen.madd, A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
+                  : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(gen.madd, A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];
               }),
             ]),
             ...R.map((i) => set(PR[i]!, i32.add(get(PR[i]!), i32.const(64)))),
@@ -714,7 +740,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
             set(c, get(n16)),
             set(xt, get(q)),
             block(loop(br_if(1, i32.ge_u(get(c), P('cols'))),
-              set(acc, f32.add(get(acc), f32.mul(f32.load(addp(get(RP[i]!), i32.shl(get(c), i32.const(2)))), f32.load(get(xt))))),
+              set(acc, gen.madd.s(f32.load(addp(get(RP[i]!), i32.shl(get(c), i32.const(2)))), f32.load(get(xt)), get(acc))),
               set(xt, i32.add(get(xt), i32.const(4))),
               set(c, i32.add(get(c), i32.const(1))), br(0))),
             set(q, get(xt)),
@@ -895,7 +921,7 @@ export function generate(opts: GenOptions): Generated {
   addMatvecT(gen, dec);
 
   // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
-  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, expFn: EXP_FN });
+  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, expFn: EXP_FN, madd: gen.madd });
   // ---- the whole KDA block of a token around that delta rule (kda-block.ts) ----
   addKdaBlock(fnx, fns.find((g) => g.name === 'kda_step')!.index);
 

@@ -1,6 +1,6 @@
 // Compiles the generated kernel module once per process and option set, and instantiates it on a
-// given shared memory. Relaxed SIMD (only relaxed_swizzle with in-range indices is used, which
-// cannot change any result) needs `--experimental-wasm-relaxed-simd` on Node 20: we set it at run
+// given shared memory. Relaxed SIMD (relaxed_swizzle with in-range indices, the 7-bit dot, and
+// relaxed_madd where the probe below finds it fused: none can change a result) needs `--experimental-wasm-relaxed-simd` on Node 20: we set it at run
 // time before compiling, and fall back to plain SIMD if the engine still refuses it.
 
 import * as v8 from 'node:v8';
@@ -45,6 +45,34 @@ export function relaxedSimdAvailable(): boolean {
   return relaxedState;
 }
 
+let fusedState: boolean | undefined;
+
+/**
+ * Whether f32x4.relaxed_madd is one fused multiply-add here (x86 with FMA3, Arm64): then the
+ * dots use it (kernels/wasm/fma.ts). Probed: (1 + 2^-12)^2 - 1 is 2^-11 + 2^-24 fused and 2^-11
+ * when the product is rounded first. The probe takes its operands as parameters, so nothing is
+ * folded at compile time; V8 emits the instruction the kernels get.
+ */
+export function fusedMaddAvailable(): boolean {
+  if (fusedState !== undefined) return fusedState;
+  fusedState = false;
+  if (!relaxedSimdAvailable()) return fusedState;
+  // (func (param f32 f32 f32) (result f32)
+  //   (f32x4.extract_lane 0 (f32x4.relaxed_madd (f32x4.splat 0) (f32x4.splat 1) (f32x4.splat 2))))
+  const splat = (l: number): number[] => [0x20, l, 0xfd, 0x13];
+  const body = [0x00, ...splat(0), ...splat(1), ...splat(2), 0xfd, 0x85, 0x02, 0xfd, 0x1f, 0, 0x0b];
+  const bytes = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 8, 1, 0x60, 3, 0x7d, 0x7d, 0x7d, 1, 0x7d,
+    3, 2, 1, 0, 7, 5, 1, 1, 0x66, 0, 0, 10, body.length + 2, 1, body.length, ...body]);
+  try {
+    const fn = new WebAssembly.Instance(new WebAssembly.Module(bytes)).exports.f as (a: number, b: number, c: number) => number;
+    const a = 1 + 2 ** -12;
+    fusedState = fn(a, a, -1) === 2 ** -11 + 2 ** -24 && fn(-a, a, 1) === -(2 ** -11 + 2 ** -24);
+  } catch {
+    fusedState = false;
+  }
+  return fusedState;
+}
+
 /** Compile (or fetch) the kernel module for these options. */
 export function kernelModule(opts: KernelOptions): CompiledKernels {
   const relaxed = opts.relaxed && relaxedSimdAvailable();
@@ -61,7 +89,7 @@ export function kernelModule(opts: KernelOptions): CompiledKernels {
         // ignore
       }
     }
-    const g = generate({ ...opts, relaxed });
+    const g = generate({ ...opts, relaxed, fusedMadd: relaxed && fusedMaddAvailable() });
     m = { module: new WebAssembly.Module(g.bytes), consts: g.consts, relaxed };
     cache.set(key, m);
   }
