@@ -7,7 +7,7 @@ import * as assert from 'node:assert/strict';
 import { dot, fma32 } from '../src/kernels/ref.js';
 import { addMadd } from '../src/kernels/wasm/fma.js';
 import { Fn, I32, assemble, block, br, br_if, get, i32, loop, set, v128, type ValType } from '../src/kernels/wasm/emit.js';
-import { fusedMaddAvailable, relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
+import { fusedMaddAvailable, maddHint, relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { xorshift } from './helpers.js';
 
 const f32 = new Float32Array(1);
@@ -144,4 +144,10 @@ test('dot (its lane steps written out) takes fma32 in every lane: w = [c, a], x 
     // the other lanes are +0, which the combine adds: -0 comes out +0
     assert.equal(dot(w, 0, x, 0, 32), want[i]! + 0, `lane ${l}: fma(${a[i]}, ${b[i]}, ${c[i]})`);
   }
+});
+
+test('maddHint: a line (printed at load, by k3 bench and k3 plan) exactly where the multiply-add is emulated', () => {
+  const hint = maddHint();
+  if (fusedMaddAvailable()) assert.equal(hint, null);
+  else assert.match(hint ?? '', /emulated here.*same numbers/);
 });

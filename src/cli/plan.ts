@@ -3,6 +3,7 @@ import * as os from 'node:os';
 import type { Command } from './command.js';
 import { estimateSpeed } from './estimate.js';
 import { thpHint, thpMode } from '../util/hugepages.js';
+import { maddHint } from '../kernels/dispatch.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
@@ -85,6 +86,8 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
         ].join('\n'));
         const hint = thpHint();
         if (hint) console.log(`  note: ${hint}`);
+        const madd = maddHint();
+        if (madd) console.log(`  note: ${madd}`);
       }
     }
     if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor${parallel > 0 ? ` for --parallel ${parallel}` : ''}; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);

@@ -281,3 +281,6 @@ export class Compute {
 
 /** The TypeScript reference, shared by every model opened without kernels. */
 export const REF_COMPUTE = new Compute(null);
+
+/** Where the dots' fused multiply-add is emulated, the line that says so (kernels/wasm/fma.ts). */
+export { maddHint } from './wasm/loader.js';

@@ -5,7 +5,7 @@
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
 import { checkFloor, type Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
-import { Compute, KernelGroup, REF_COMPUTE } from '../kernels/dispatch.js';
+import { Compute, KernelGroup, REF_COMPUTE, maddHint } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
 import { forwardK3 } from './k3.js';
@@ -74,6 +74,8 @@ export class Model {
       // optional, off by default: bf16 trunk requantized to 7-bit blocks as read (kernels/wasm/q8-trunk.ts)
       const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, fastTrunk: opts.fast ?? false, alloc: (n) => group.alloc(n) }), new Compute(group));
       model.owned = group;
+      const madd = (opts.relaxed ?? true) ? maddHint() : null;
+      if (madd) (opts.notice ?? ((m: string) => process.stderr.write(m + '\n')))(`note: ${madd}`);
       if (opts.fast) {
         const n = model.store.requantized;
         (opts.notice ?? ((m: string) => process.stderr.write(m + '\n')))(`--fast: ${n.matrices} bf16 trunk matrices (${(n.bytes / 2 ** 20).toFixed(0)} MiB) are REQUANTIZED to 7-bit blocks as they are read, not used as stored; products with 8-bit activations (also the MXFP4 experts); not the exact numbers`);

@@ -73,6 +73,14 @@ export function fusedMaddAvailable(): boolean {
   return fusedState;
 }
 
+/** One line where the dots' multiply-add is emulated on this machine (fma.ts: the same numbers,
+ *  the products ~20x slower); null where it is one instruction. */
+export function maddHint(): string | null {
+  if (fusedMaddAvailable()) return null;
+  const why = relaxedSimdAvailable() ? 'this CPU has no fused multiply-add instruction (x86 without FMA3)' : 'this JavaScript engine has no relaxed SIMD';
+  return `the products' fused multiply-add is emulated here, as ${why}: the same numbers, but matrix products run ~20x slower (docs/NUMERICS.md)`;
+}
+
 /** Compile (or fetch) the kernel module for these options. */
 export function kernelModule(opts: KernelOptions): CompiledKernels {
   const relaxed = opts.relaxed && relaxedSimdAvailable();
