@@ -57,7 +57,8 @@ export const PERMS: Record<Perm, readonly number[]> = {
 export type Fmt = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
 /** Activation layout expected by mm_* and the accumulator layout of mvT_*. */
 export const MM_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'bf', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'bf' };
-/** How mm_* gets rows: in place, decoded to f32 (dec_*), or decoded to bf16 (dec_mx2bf). */
+/** How mm_* gets rows: in place, decoded to f32 (dec_*), or decoded to bf16 (dec_mx2bf; the tiled
+ *  path decodes mxfp4 to f32, dec_mx2f32). */
 const ROWS: Record<Fmt, 'f32' | 'bf16' | 'dec_f32' | 'dec_bf16'> = {
   f32: 'f32', bf16: 'bf16', mxfp4: 'dec_bf16', f16: 'dec_f32', fp8: 'dec_f32', int4: 'dec_f32',
 };
@@ -287,7 +288,7 @@ function perSdt(gen: Gen, name: string, build: (f: Fn, sdt: number) => void): Fn
 }
 
 // ---- decoders: row r -> exact f32 values at out (perm MM_PERM[fmt]), or bf16 for mxfp4 ----
-type Decoders = Partial<Record<Fmt | 'mx2bf', Fn>>;
+type Decoders = Partial<Record<Fmt | 'mx2bf' | 'mx2f32', Fn>>;
 
 /** Common frame for decoders: loop over 16-column blocks c = 0, 16, .. < n16, then the tail. */
 function decFrame(f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code {
@@ -466,12 +467,57 @@ function addDecMx2bf(gen: Gen): Fn {
   return f;
 }
 
+/** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
+ *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
+ *  widen does from memory), so the row is written once and never reread as bf16. */
+function addDecMx2f32(gen: Gen): Fn {
+  const { Kg, swz } = gen;
+  const f = gen.fnx('dec_mx2f32', DEC_PARAMS, I32, false);
+  const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
+  const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
+  const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
+  const lb = f.local('lb', V128), hb = f.local('hb', V128), bf = f.local('bf', V128);
+  const nib = Kg(f, NIB_BYTES);
+  const half = i32.shr_u(get(f.p('cols')), i32.const(1));
+  /** 16 columns from nibble indices idx: 64 bytes of f32 at o + off. */
+  const cols16 = (idx: number, off: number): Code[] => [
+    set(lb, swz(get(L), get(idx))), set(hb, swz(get(H), get(idx))),
+    ...[ilLo, ilHi].flatMap((il, h) => [
+      set(bf, i8x16.shuffle(get(lb), get(hb), il)),
+      v128.store(get(o), i32x4.shl(i32x4.extend_low_i16x8_u(get(bf)), i32.const(16)), off + 32 * h),
+      v128.store(get(o), i32x4.shl(i32x4.extend_high_i16x8_u(get(bf)), i32.const(16)), off + 32 * h + 16),
+    ]),
+  ];
+  f.body = [
+    set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
+    set(pend, addp(get(p), half)),
+    set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
+    set(o, get(f.p('out'))),
+    block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
+      set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
+      set(L, v128.load(get(pl))),
+      set(H, v128.load(get(pl), 16)),
+      set(B, v128.load(get(p))),
+      set(lo, v128.and(get(B), nib)),
+      set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+      set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
+      set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
+      ...cols16(i0, 0),
+      ...cols16(i1, 64),
+      set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
+      set(o, i32.add(get(o), i32.const(128))), br(0))),
+    get(f.p('out')),
+  ];
+  return f;
+}
+
 function addDecoders(gen: Gen, f16s: Fn): Decoders {
   const dec: Decoders = {};
   dec.f16 = addDecF16(gen, f16s);
   dec.fp8 = addDecFp8(gen, f16s);
   dec.int4 = addDecInt4(gen, f16s);
   dec.mx2bf = addDecMx2bf(gen);
+  dec.mx2f32 = addDecMx2f32(gen);
   return dec;
 }
 
@@ -644,8 +690,8 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
 // tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding
 // columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
 // token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
-// Rows are first made exact f32 values in scratch (decoded, or bf16 widened: widening in the
-// inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
+// Rows are first made exact f32 values in scratch (decoded, mxfp4 straight to f32, or bf16
+// widened: widening in the inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
 // group keeps that group of the 2 rows x tt tokens in registers (8 chains for tt = 4, which hide
 // the add latency; V8 hoists the loads, so more tokens spill): per step, each row's weight
 // vector is loaded once and used for tt tokens, each activation vector once for both rows, and
@@ -694,7 +740,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const loadRow = (i: number): Code[] => {
       const row = i32.add(get(r), i32.const(i));
       if (kind === 'dec_f32') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
-      if (kind === 'dec_bf16') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, P('scratch'))), ...widen(P('scratch'), get(RP[i]!))];
+      if (kind === 'dec_bf16') return [drop(call(reg(dec.mx2f32!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
       if (kind === 'bf16') return widen(addp(P('w'), i32.mul(row, i32.shl(P('cols'), i32.const(1)))), get(RP[i]!));
       return [set(RP[i]!, addp(P('w'), i32.mul(row, get(colsb))))];
     };
