@@ -432,16 +432,43 @@ const ilHi = ilLo.map((x) => x + 8);
 // same shuffles (and V8 then spills), and multiplying each 32-column partial by the E8M0 scale
 // (constant tables) only adds multiplies. Both measured 6-15% slower than this path.
 function addDecMx2bf(gen: Gen): Fn {
+  return addMxDecoder(gen, 'dec_mx2bf', true, 64, (f, lb, hb, o, off) => [ilLo, ilHi].map((il, h) =>
+    v128.store(get(o), i8x16.shuffle(get(lb), get(hb), il), off / 2 + 16 * h)));
+}
+
+/** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
+ *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
+ *  widen does from memory), so the row is written once and never reread as bf16. */
+function addDecMx2f32(gen: Gen): Fn {
+  return addMxDecoder(gen, 'dec_mx2f32', false, 128, (f, lb, hb, o, off) => {
+    const bf = f.local('bf', V128);
+    return [ilLo, ilHi].flatMap((il, h) => [
+      set(bf, i8x16.shuffle(get(lb), get(hb), il)),
+      v128.store(get(o), i32x4.shl(i32x4.extend_low_i16x8_u(get(bf)), i32.const(16)), off + 32 * h),
+      v128.store(get(o), i32x4.shl(i32x4.extend_high_i16x8_u(get(bf)), i32.const(16)), off + 32 * h + 16),
+    ]);
+  });
+}
+
+/**
+ * The frame of the mxfp4 decoders: per 32-column group (16 bytes, one scale byte), the scale's
+ * planes and the nibble indices in column order; emit16(f, lb, hb, o, off) stores 16 columns from
+ * their low and high bytes (lb, hb) at o, off = 64 bytes per 16 columns (halve it for bf16). The
+ * output pointer o moves by outStep bytes per group.
+ */
+function addMxDecoder(gen: Gen, name: string, exported: boolean, outStep: number,
+  emit16: (f: Fn, lb: number, hb: number, o: number, off: number) => Code[]): Fn {
   const { Kg, swz } = gen;
-  const f = gen.fnx('dec_mx2bf', DEC_PARAMS, I32);
+  const f = gen.fnx(name, DEC_PARAMS, I32, exported);
   const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
   const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
   const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
+  const lb = f.local('lb', V128), hb = f.local('hb', V128);
   const nib = Kg(f, NIB_BYTES);
   const half = i32.shr_u(get(f.p('cols')), i32.const(1));
-  const bfPairs = (idx: number, off: number): Code[] => [
-    v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilLo), off),
-    v128.store(get(o), i8x16.shuffle(swz(get(L), get(idx)), swz(get(H), get(idx)), ilHi), off + 16),
+  const cols16 = (idx: number, off: number): Code[] => [
+    set(lb, swz(get(L), get(idx))), set(hb, swz(get(H), get(idx))),
+    ...emit16(f, lb, hb, o, off),
   ];
   f.body = [
     set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
@@ -458,54 +485,10 @@ function addDecMx2bf(gen: Gen): Fn {
       // nibble indices in column order: cols 0..15, then 16..31
       set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
       set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
-      ...bfPairs(i0, 0),
-      ...bfPairs(i1, 32),
-      set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
-      set(o, i32.add(get(o), i32.const(64))), br(0))),
-    get(f.p('out')),
-  ];
-  return f;
-}
-
-/** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
- *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
- *  widen does from memory), so the row is written once and never reread as bf16. */
-function addDecMx2f32(gen: Gen): Fn {
-  const { Kg, swz } = gen;
-  const f = gen.fnx('dec_mx2f32', DEC_PARAMS, I32, false);
-  const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
-  const pl = f.local('pl', I32), L = f.local('L', V128), H = f.local('H', V128), B = f.local('B', V128);
-  const lo = f.local('lo', V128), hi = f.local('hi', V128), i0 = f.local('i0', V128), i1 = f.local('i1', V128);
-  const lb = f.local('lb', V128), hb = f.local('hb', V128), bf = f.local('bf', V128);
-  const nib = Kg(f, NIB_BYTES);
-  const half = i32.shr_u(get(f.p('cols')), i32.const(1));
-  /** 16 columns from nibble indices idx: 64 bytes of f32 at o + off. */
-  const cols16 = (idx: number, off: number): Code[] => [
-    set(lb, swz(get(L), get(idx))), set(hb, swz(get(H), get(idx))),
-    ...[ilLo, ilHi].flatMap((il, h) => [
-      set(bf, i8x16.shuffle(get(lb), get(hb), il)),
-      v128.store(get(o), i32x4.shl(i32x4.extend_low_i16x8_u(get(bf)), i32.const(16)), off + 32 * h),
-      v128.store(get(o), i32x4.shl(i32x4.extend_high_i16x8_u(get(bf)), i32.const(16)), off + 32 * h + 16),
-    ]),
-  ];
-  f.body = [
-    set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
-    set(pend, addp(get(p), half)),
-    set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
-    set(o, get(f.p('out'))),
-    block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
-      set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
-      set(L, v128.load(get(pl))),
-      set(H, v128.load(get(pl), 16)),
-      set(B, v128.load(get(p))),
-      set(lo, v128.and(get(B), nib)),
-      set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
-      set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
-      set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
       ...cols16(i0, 0),
       ...cols16(i1, 64),
       set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
-      set(o, i32.add(get(o), i32.const(128))), br(0))),
+      set(o, i32.add(get(o), i32.const(outStep))), br(0))),
     get(f.p('out')),
   ];
   return f;
