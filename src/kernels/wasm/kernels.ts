@@ -85,7 +85,7 @@ export const MM1_ROWS = 2;
 export const MM1_MIN_DIST = 8;
 /** mxfp4 rows the single-token matmul decodes (to bf16, into scratch) and then walks side by side,
  *  all 8 accumulators in one pass. Why: a row's dot is 4 chains of fused multiply-adds (4 cycles
- *  each on Intel's Golden Cove, where an add alone takes 2), so one decoded row at a time waits on
+ *  each, longer than the add they replaced on this Intel core), so one decoded row at a time waits on
  *  them; two give 8 chains. k3-medium decode, Intel Xeon (Sapphire Rapids class), 1 thread: 1 row
  *  8.9 tok/s, 2 rows 10.2 (9.8 with the old mul + add, 1 row). Stored bf16 rows stream from
  *  memory and keep MM1_ROWS with two passes (one pass measured no faster here, slower on Zen 3). */
