@@ -167,9 +167,13 @@ export class Chain {
       at.push(n4);
       n4 += (it.T * it.gate.rows + 3) & ~3;
     }
-    const g = this.alloc(n4).fill(0), u = this.alloc(n4).fill(0);
+    // the products write every element but each item's padding, which the activation reads
+    // (its outputs there are never read): zeroed
+    const g = this.alloc(n4), u = this.alloc(n4);
     items.forEach((it, k) => {
       const n = it.T * it.gate.rows;
+      g.fill(0, at[k]! + n, (at[k]! + n + 3) & ~3);
+      u.fill(0, at[k]! + n, (at[k]! + n + 3) & ~3);
       this.matmul(it.gate, it.x, it.T, g.subarray(at[k]!, at[k]! + n));
       this.matmul(it.up, it.x, it.T, u.subarray(at[k]!, at[k]! + n));
     });

@@ -76,8 +76,19 @@ export function selectTopK(cfg: Pick<RouterConfig, 'experts' | 'topK' | 'groups'
     allowed = new Uint8Array(E);
     for (const g of order.slice(0, cfg.topkGroup)) allowed.fill(1, g * per, (g + 1) * per);
   }
-  const idx: number[] = [];
-  for (let e = 0; e < E; e++) if (!allowed || allowed[e]) idx.push(e);
-  idx.sort((a, b) => c[b]! - c[a]! || a - b);
-  return Int32Array.from(idx.slice(0, cfg.topK));
+  // The K best by insertion, in one pass (a sort of all E with a comparator cost ~50 µs a layer
+  // at E = 896): an expert goes before every kept one with a smaller c; among equal c the
+  // earlier expert, met first, stays first.
+  const K = cfg.topK;
+  const top = new Int32Array(K);
+  let n = 0;
+  for (let e = 0; e < E; e++) {
+    if (allowed && !allowed[e]) continue;
+    const v = c[e]!;
+    if (n === K && !(v > c[top[K - 1]!]!)) continue;
+    let j = n < K ? n++ : K - 1;
+    for (; j > 0 && v > c[top[j - 1]!]!; j--) top[j] = top[j - 1]!;
+    top[j] = e;
+  }
+  return n === K ? top : top.slice(0, n);
 }
