@@ -1,7 +1,8 @@
 // Compiles the generated kernel module once per process and option set, and instantiates it on a
 // given shared memory. Relaxed SIMD (relaxed_swizzle with in-range indices, the 7-bit dot, and
-// relaxed_madd where the probe below finds it fused: none can change a result) needs `--experimental-wasm-relaxed-simd` on Node 20: we set it at run
-// time before compiling, and fall back to plain SIMD if the engine still refuses it.
+// relaxed_madd where the probe below finds it fused: none can change a result) needs
+// `--experimental-wasm-relaxed-simd` on Node 20: we set it at run time before compiling, and fall
+// back to plain SIMD if the engine still refuses it.
 
 import * as v8 from 'node:v8';
 import { generate, MX_PLANES, FP8_TAB, KCONST } from './kernels.js';
