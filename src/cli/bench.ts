@@ -3,15 +3,15 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { MODEL_HELP, MODEL_OPTIONS, ioMode } from './common.js';
+import { MODEL_HELP, MODEL_OPTIONS, ioMode, speedNotes } from './common.js';
 import { secondsPerMatmul, syntheticWeight } from './estimate.js';
 import { Model } from '../model/model.js';
-import { KernelProfile, PROFILE_BUCKETS, maddHint, type ProfileBucket } from '../kernels/dispatch.js';
+import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { q7Bytes, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import { UserError } from '../util/errors.js';
-import { thpHint, thpMode } from '../util/hugepages.js';
+import { thpMode } from '../util/hugepages.js';
 import { machineInfo, machineLine } from '../util/machine.js';
 
 // llama-bench style: prompt processing (ppN: one forward of N tokens from an empty context) and
@@ -287,10 +287,7 @@ ${MODEL_HELP}`,
     }
     console.log('');
     console.log(`machine: ${machineLine()}`);
-    const hint = thpHint();
-    if (hint) console.log(`note: ${hint}`);
-    const madd = maddHint();
-    if (madd) console.log(`note: ${madd}`);
+    for (const note of speedNotes()) console.log(`note: ${note}`);
     if (cost) {
       console.log('');
       console.log(`fast experts vs exact, next-token distributions over ${cost.positions} positions (${cost.prompt}): mean KL ${cost.mean_kl.toExponential(3)}, top-1 agreement ${(100 * cost.top1_agreement).toFixed(1)}%`);

@@ -11,6 +11,8 @@ import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
+import { thpHint } from '../util/hugepages.js';
+import { maddHint } from '../kernels/dispatch.js';
 import { parseIntFlag } from './args.js';
 
 export const MODEL_OPTIONS = {
@@ -84,6 +86,12 @@ export interface ModelFlags {
 }
 
 /** The --io flag, checked (default auto). */
+/** What on this machine slows the kernels without changing a number (4 KiB pages for the weights,
+ *  an emulated multiply-add): the lines k3 bench and k3 plan print under their figures. */
+export function speedNotes(): string[] {
+  return [thpHint(), maddHint()].filter((n): n is string => n !== null);
+}
+
 export function ioMode(cmd: string, flag: string | undefined): IoMode {
   const io = flag ?? 'auto';
   if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);

@@ -2,8 +2,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { Command } from './command.js';
 import { estimateSpeed } from './estimate.js';
-import { thpHint, thpMode } from '../util/hugepages.js';
-import { maddHint } from '../kernels/dispatch.js';
+import { thpMode } from '../util/hugepages.js';
+import { speedNotes } from './common.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
@@ -84,10 +84,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
             ? `  reads   ${est.read_seconds_per_token!.toFixed(3)} s/token: ${formatBytes(est.bytes_read_per_token)} per token at ${formatBytes(disk)}/s (this checkpoint's files; the page cache can make it optimistic)`
             : `  reads   ${formatBytes(est.bytes_read_per_token)} per token; disk not measured (config.json only), not included`,
         ].join('\n'));
-        const hint = thpHint();
-        if (hint) console.log(`  note: ${hint}`);
-        const madd = maddHint();
-        if (madd) console.log(`  note: ${madd}`);
+        for (const note of speedNotes()) console.log(`  note: ${note}`);
       }
     }
     if (!ok) throw new UserError(`plan: budget ${formatBytes(budget)} is below the floor${parallel > 0 ? ` for --parallel ${parallel}` : ''}; the smallest budget that works is ${p.floorBytes} bytes (${formatBytes(p.floorBytes)})`);

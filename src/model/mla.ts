@@ -3,9 +3,8 @@
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.
 
-import { viewsNow, type Mat } from '../store/mat.js';
+import { rowSlice, viewsNow, type Mat } from '../store/mat.js';
 import { dot, type Compute } from '../kernels/dispatch.js';
-import { rowSlice } from '../store/mat.js';
 import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';

@@ -27,24 +27,26 @@ type FnMaker = (name: string, params: Record<string, typeof V128>, result: typeo
 /** The multiply-add of this module: relaxed_madd where it is fused, otherwise the emulation
  *  (a function fma_emu added to the module through fnx). */
 export function addMadd(fnx: FnMaker, fused: boolean): Madd {
-  const lane0 = (v: Code): Code => f32x4.extract_lane(v, 0);
-  if (fused) {
-    const v = (a: Code, b: Code, c: Code): Code => f32x4.relaxed_madd(a, b, c);
-    return { v, s: (a, b, c) => lane0(v(f32x4.splat(a), f32x4.splat(b), f32x4.splat(c))) };
-  }
+  const v = fused ? f32x4.relaxed_madd : emulated(fnx);
+  return { v, s: (a, b, c) => f32x4.extract_lane(v(f32x4.splat(a), f32x4.splat(b), f32x4.splat(c)), 0) };
+}
+
+/** fma_emu, added to the module: the f64 emulation the header describes; returns its call. */
+function emulated(fnx: FnMaker): (a: Code, b: Code, c: Code) => Code {
   const f = fnx('fma_emu', { a: V128, b: V128, c: V128 }, V128, false);
   const one = v128.i32x4(1, 0, 1, 0), zero = v128.i32x4(0, 0, 0, 0);
   const P = f.local('p', V128), S = f.local('s', V128), B = f.local('bb', V128), E = f.local('e', V128);
-  const lo = f.local('lo', V128);
+  const C = f.local('cw', V128), lo = f.local('lo', V128);
   /** Lanes 2h, 2h+1 of the three operands, as f64x2 a*b + c rounded once to f32 (in lanes 0-1). */
   const half = (h: number): Code[] => {
     const wide = (n: string): Code => f64x2.promote_low_f32x4(h === 0 ? get(f.p(n)) : shuffle32(get(f.p(n)), get(f.p(n)), [2, 3, 2, 3]));
     return [
       set(P, f64x2.mul(wide('a'), wide('b'))),
-      set(S, f64x2.add(get(P), wide('c'))),
+      set(C, wide('c')),
+      set(S, f64x2.add(get(P), get(C))),
       // TwoSum: e = (p - (s - bb)) + (c - bb), bb = s - p
       set(B, f64x2.sub(get(S), get(P))),
-      set(E, f64x2.add(f64x2.sub(get(P), f64x2.sub(get(S), get(B))), f64x2.sub(wide('c'), get(B)))),
+      set(E, f64x2.add(f64x2.sub(get(P), f64x2.sub(get(S), get(B))), f64x2.sub(get(C), get(B)))),
       // round to odd: where e != 0 (not NaN) and s is even, s += +1 ulp if s, e have one sign, else -1
       set(S, i64x2.add(get(S), v128.and(
         v128.or(i64x2.shr_s(v128.xor(get(S), get(E)), i32.const(63)), one),
@@ -57,6 +59,5 @@ export function addMadd(fnx: FnMaker, fused: boolean): Madd {
     ...half(1),
     shuffle32(get(lo), f32x4.demote_f64x2_zero(get(S)), [0, 1, 4, 5]),
   ];
-  const v = (a: Code, b: Code, c: Code): Code => call(f.index, a, b, c);
-  return { v, s: (a, b, c) => lane0(v(f32x4.splat(a), f32x4.splat(b), f32x4.splat(c))) };
+  return (a, b, c) => call(f.index, a, b, c);
 }

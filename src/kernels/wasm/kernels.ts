@@ -432,15 +432,15 @@ const ilHi = ilLo.map((x) => x + 8);
 // same shuffles (and V8 then spills), and multiplying each 32-column partial by the E8M0 scale
 // (constant tables) only adds multiplies. Both measured 6-15% slower than this path.
 function addDecMx2bf(gen: Gen): Fn {
-  return addMxDecoder(gen, 'dec_mx2bf', true, 64, (f, lb, hb, o, off) => [ilLo, ilHi].map((il, h) =>
-    v128.store(get(o), i8x16.shuffle(get(lb), get(hb), il), off / 2 + 16 * h)));
+  return addMxDecoder(gen, 'dec_mx2bf', true, 2, (f, lb, hb, o, off) => [ilLo, ilHi].map((il, h) =>
+    v128.store(get(o), i8x16.shuffle(get(lb), get(hb), il), off + 16 * h)));
 }
 
 /** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
  *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
  *  widen does from memory), so the row is written once and never reread as bf16. */
 function addDecMx2f32(gen: Gen): Fn {
-  return addMxDecoder(gen, 'dec_mx2f32', false, 128, (f, lb, hb, o, off) => {
+  return addMxDecoder(gen, 'dec_mx2f32', false, 4, (f, lb, hb, o, off) => {
     const bf = f.local('bf', V128);
     return [ilLo, ilHi].flatMap((il, h) => [
       set(bf, i8x16.shuffle(get(lb), get(hb), il)),
@@ -453,10 +453,9 @@ function addDecMx2f32(gen: Gen): Fn {
 /**
  * The frame of the mxfp4 decoders: per 32-column group (16 bytes, one scale byte), the scale's
  * planes and the nibble indices in column order; emit16(f, lb, hb, o, off) stores 16 columns from
- * their low and high bytes (lb, hb) at o, off = 64 bytes per 16 columns (halve it for bf16). The
- * output pointer o moves by outStep bytes per group.
+ * their low and high bytes (lb, hb) at o + off. Output columns take colBytes each (2: bf16, 4: f32).
  */
-function addMxDecoder(gen: Gen, name: string, exported: boolean, outStep: number,
+function addMxDecoder(gen: Gen, name: string, exported: boolean, colBytes: 2 | 4,
   emit16: (f: Fn, lb: number, hb: number, o: number, off: number) => Code[]): Fn {
   const { Kg, swz } = gen;
   const f = gen.fnx(name, DEC_PARAMS, I32, exported);
@@ -486,9 +485,9 @@ function addMxDecoder(gen: Gen, name: string, exported: boolean, outStep: number
       set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
       set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
       ...cols16(i0, 0),
-      ...cols16(i1, 64),
+      ...cols16(i1, 16 * colBytes),
       set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
-      set(o, i32.add(get(o), i32.const(outStep))), br(0))),
+      set(o, i32.add(get(o), i32.const(32 * colBytes))), br(0))),
     get(f.p('out')),
   ];
   return f;
@@ -674,13 +673,14 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
 // columns TILE_PERM[4k..4k+3] of each block of 16): region k holds, per block, the 4 values of
 // token 0, 1, .., tt-1 (16 bytes each); then come the tokens' tail columns in natural order.
 // Rows are first made exact f32 values in scratch (decoded, mxfp4 straight to f32, or bf16
-// widened: widening in the inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass over the rows per lane
-// group keeps that group of the 2 rows x tt tokens in registers (8 chains for tt = 4, which hide
-// the add latency; V8 hoists the loads, so more tokens spill): per step, each row's weight
-// vector is loaded once and used for tt tokens, each activation vector once for both rows, and
-// the activations stream contiguously. Each lane is an independent chain, so splitting the 16
-// lanes into passes changes nothing: every output element sees the canonical per-lane
-// fused multiply-add sequence, then the fixed combine and the sequential tail ----
+// widened: widening in the inner loop measured ~25% slower), TILE_ROWS (2) at a time. One pass
+// over the rows per lane group keeps that group of the 2 rows x tt tokens in registers (8 chains
+// for tt = 4, which hide the multiply-add latency; V8 hoists the loads, so more tokens spill):
+// per step, each row's weight vector is loaded once and used for tt tokens, each activation
+// vector once for both rows, and the activations stream contiguously. Each lane is an
+// independent chain, so splitting the 16 lanes into passes changes nothing: every output element
+// sees the canonical per-lane fused multiply-add sequence, then the fixed combine and the
+// sequential tail ----
 function addTiledMatmul(gen: Gen, dec: Decoders): void {
   const TT = gen.TT;
   const TR = gen.opts.tileRows ?? TILE_ROWS;
@@ -688,7 +688,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const f = gen.fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
     const P = (n: string) => get(f.p(n));
     const kind = ROWS[fmt];
-    const decFn = kind === 'dec_bf16' ? dec.mx2bf! : kind === 'dec_f32' ? dec[fmt]! : null;
+    const decFn = kind === 'dec_f32' ? dec[fmt]! : null;
     const r = f.local('r', I32), t = f.local('t', I32), xg = f.local('xg', I32);
     const RP = [0, 1].map((i) => f.local(`rp${i}`, I32));
     const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
