@@ -70,6 +70,7 @@ import { thpMode } from '../src/util/hugepages.js';
 import { machineInfo, machineLine } from '../src/util/machine.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 import { runChild, serveChild } from './child.js';
+import { memoryBandwidth, memoryBandwidthLine } from './membw.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -729,6 +730,11 @@ async function main(): Promise<void> {
     };
     const sc = [['llama.cpp', scale(lrows, nl)], ['ours', scale(orows, no)], ['ours --fast', scale(frows, no)]].filter(([, v]) => v !== null);
     if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    if ([...lrows, ...orows].some((r) => r.threads === 2)) {
+      const bw = await memoryBandwidth();
+      (report.speed as Record<string, unknown>).memoryBandwidth = bw;
+      log(`${memoryBandwidthLine(bw)}, measured after the rounds`);
+    }
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
     log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${perRound(reps) * rounds} reps (mean ± sd); ours ${perRound(oursReps) * rounds} rep(s); ${rounds} round(s), the engines taking turns; before each engine's reps, one untimed run as warm-up (the prompt and the decode steps).`);

@@ -442,6 +442,27 @@ test('a launched chain (Chain.launch): its first steps read at once, the rest in
   }
 });
 
+test('chain gatherRows: rows by index, back to back (the threads copy them) == moe.ts gatherRows, bytes', () => {
+  for (const k of [k1, k2]) {
+    for (const cols of [1, 4, 37, 1024]) {
+      const m = k.mark();
+      const ch = k.chain();
+      const n = 23, src = ch.alloc(n * cols);
+      for (let i = 0; i < src.length; i++) src[i] = rnd() * 2 - 1;
+      const rows = [5, 0, 22, 5, 13, 1, 21];
+      const out = ch.gatherRows(src, rows, cols);
+      ch.run();
+      const want = new Float32Array(rows.length * cols);
+      rows.forEach((r, i) => want.set(src.subarray(r * cols, (r + 1) * cols), i * cols));
+      sameBytes(out, want, `gatherRows cols=${cols} threads=${k.threads}`);
+      assert.throws(() => ch.gatherRows(src, [n], cols), /outside/);
+      assert.throws(() => ch.gatherRows(new Float32Array(cols), [0], cols), /kernel memory/);
+      ch.done();
+      k.release(m);
+    }
+  }
+});
+
 test('chain moeCombine: the routed sum in router order and the latent RMSNorm == moe.ts / ops.ts in JavaScript, bytes', () => {
   const T = 5, K = 3, zw = 37, eps = 1e-6;
   const normW = new Float32Array(zw).map(() => rnd() * 2 - 1);
@@ -458,10 +479,17 @@ test('chain moeCombine: the routed sum in router order and the latent RMSNorm ==
       });
       const w = new Float32Array(T * K).map(() => rnd());
       const out = ch.moeCombine(ys, w, T, K, zw, withNorm ? norm : null, eps);
+      // the rows given by their byte offsets instead (moe.ts), reversed into one arena array
+      const packed = ch.alloc(T * K * zw);
+      ys.forEach((y, i) => packed.set(y, (T * K - 1 - i) * zw));
+      const offs = new Int32Array(T * K).map((_, i) => packed.byteOffset + 4 * (T * K - 1 - i) * zw);
+      const out2 = ch.moeCombine(offs, w, T, K, zw, withNorm ? norm : null, eps);
       ch.run();
       const want = new Float32Array(T * zw);
       for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) for (let i = 0; i < zw; i++) want[t * zw + i] = want[t * zw + i]! + Math.fround(w[t * K + j]! * ys[t * K + j]![i]!);
       sameBytes(out, withNorm ? rmsNorm(want, T, zw, normW, eps) : want, `moeCombine norm=${withNorm} threads=${k.threads}`);
+      sameBytes(out2, out, `moeCombine by offsets norm=${withNorm} threads=${k.threads}`);
+      assert.throws(() => ch.moeCombine(new Int32Array(T * K).fill(2), w, T, K, zw, null, eps), /kernel memory/);
       ch.done();
       k.release(m);
     }

@@ -14,7 +14,7 @@ import type { ActKind } from './wasm/act.js';
 import type { KdaBlockArgs } from './wasm/kda-block.js';
 import {
   OP_ACT, OP_ATTNRES_NORM, OP_BARRIER, OP_KDA_BLOCK, OP_MLA_APPEND, OP_MLA_SCORES, OP_MLA_SOFTMAX, OP_MLA_WSUM, OP_MOE_COMBINE, OP_MVT, OP_RMSNORM,
-  OP_SIGMOID_GATE, writeFusedOp, writeMatmulOp,
+  OP_GATHER_ROWS, OP_SIGMOID_GATE, writeFusedOp, writeMatmulOp,
 } from './pool.js';
 import type { ProfileBucket } from './profile.js';
 
@@ -185,20 +185,29 @@ export class Chain {
   /**
    * The routed sum and latent norm of T MoE tokens (wasm/fused.ts moe_combine) as one op of the
    * current step: out[t] = Σ_j f32(w_tj · rows[t·K + j]) in router order, then RMSNorm with `norm`
-   * (null: none). rows are arena arrays of zw values (expert outputs of earlier steps), norm a
-   * constant in kernel memory. Returns out, a new arena array [T, zw].
+   * (null: none). rows are arena arrays of zw values (expert outputs of earlier steps), or their
+   * byte offsets in kernel memory; norm a constant in kernel memory. Returns out, a new arena array [T, zw].
    */
-  moeCombine(rows: readonly Float32Array[], weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
+  moeCombine(rows: readonly Float32Array[] | Int32Array, weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
     if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);
     if (norm && (!this.k.contains(norm) || norm.length < zw)) throw new RangeError('moe combine: the norm must lie in kernel memory');
     const mem = (): ArrayBufferLike => this.k.mem();
     const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.f64s(eps);
     const out = this.alloc(T * zw);
     const tab = new Int32Array(mem(), ys, T * K);
-    rows.forEach((r, i) => {
-      if (!this.k.contains(r) || r.length < zw) throw new RangeError('moe combine: expert rows must lie in kernel memory');
-      tab[i] = r.byteOffset;
-    });
+    const bad = (): never => {
+      throw new RangeError('moe combine: expert rows must lie in kernel memory');
+    };
+    if (rows instanceof Int32Array) {
+      const end = mem().byteLength - 4 * zw;
+      for (let i = 0; i < rows.length; i++) if (!(rows[i]! >= 0 && rows[i]! <= end && rows[i]! % 4 === 0)) bad();
+      tab.set(rows);
+    } else {
+      rows.forEach((r, i) => {
+        if (!this.k.contains(r) || r.length < zw) bad();
+        tab[i] = r.byteOffset;
+      });
+    }
     new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
     this.fused(OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], T, T * K * zw + (norm ? 2 * T * zw : 0));
     return out;
@@ -287,6 +296,24 @@ export class Chain {
     const out = this.alloc(H * Lk);
     this.fused(OP_MLA_WSUM, [P.byteOffset, lat.byteOffset, n, Lk, out.byteOffset], H, H * n * Lk);
     return out;
+  }
+
+  /** Rows `rows` of src [*, cols] (an arena array), back to back, as one op of the current step (wasm/fused.ts gather_rows). A new arena array [rows.length, cols]. */
+  gatherRows(src: Float32Array, rows: readonly number[], cols: number): Float32Array {
+    this.inArena('gather rows', src);
+    const n = rows.length;
+    for (const r of rows) if (!(r >= 0 && (r + 1) * cols <= src.length)) throw new RangeError(`gather rows: row ${r} outside ${src.length / cols} rows`);
+    const tab = this.k.allocOffset(4 * n, 4);
+    const t = new Int32Array(this.k.mem(), tab, n);
+    for (let i = 0; i < n; i++) t[i] = src.byteOffset + 4 * rows[i]! * cols;
+    const out = this.alloc(n * cols);
+    this.fused(OP_GATHER_ROWS, [tab, cols, out.byteOffset], n, n * cols);
+    return out;
+  }
+
+  /** Whether `a` lies in this chain's kernel memory (the fused ops' inputs must). */
+  holds(a: ArrayBufferView): boolean {
+    return this.k.contains(a);
   }
 
   /** out[i] = f32(out[i] · σ(g[i])) for i < n, σ(v) = 1 / (1 + Math.exp(−v)) in f64 (MLA's output gate), in place. */

@@ -97,6 +97,8 @@ export const OP_RMSNORM = 13;
 export const OP_MLA_APPEND = 14;
 export const OP_MLA_SOFTMAX = 15;
 export const OP_SIGMOID_GATE = 16;
+/** Rows copied by a table of addresses (wasm/fused.ts gather_rows: a MoE expert's tokens), split by rows. */
+export const OP_GATHER_ROWS = 17;
 /** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
 const FUSED: Record<number, [string, number]> = {
   [OP_KDA]: ['kda_step', 8],
@@ -115,6 +117,7 @@ const FUSED: Record<number, [string, number]> = {
   [OP_MLA_APPEND]: ['mla_append', 8],
   [OP_MLA_SOFTMAX]: ['mla_softmax', 3],
   [OP_SIGMOID_GATE]: ['sigmoid_gate', 2],
+  [OP_GATHER_ROWS]: ['gather_rows', 3],
 };
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for

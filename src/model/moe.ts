@@ -202,20 +202,29 @@ function moeTailChained(c: Compute, p: MoeParams, w: MoeWeights, batch: readonly
     const zw = w.latent ? w.latent.down.rows : w.gate.cols, D = w.gate.cols, K = p.topK;
     const v = (i: number): WeightView => views[i]!;
     const shared = withShared ? new Float32Array(T * D) : null;
+    // several tokens: each expert's rows of z gathered by the threads in a first step when z lies
+    // in kernel memory (the head chain's output), else here
+    const inChain = T > 1 && ch.holds(z);
     const items = mlps.map((_, k) => {
       if (withShared && k === 0) return { gate: v(0), up: v(1), down: v(2), x, T, y: shared! };
       const toks = users.get(batch[k - (withShared ? 1 : 0)]!.expert)!;
-      return { gate: v(3 * k), up: v(3 * k + 1), down: v(3 * k + 2), x: T === 1 ? z : gatherRows(z, toks, zw), T: toks.length };
+      return { gate: v(3 * k), up: v(3 * k + 1), down: v(3 * k + 2), x: T === 1 ? z : inChain ? ch.gatherRows(z, toks, zw) : gatherRows(z, toks, zw), T: toks.length };
     });
+    if (inChain) ch.next();
     const ys = ch.gatedMlps(items, p.act.kind, p.act.situBeta, linearBeta(p.act));
-    const slot = new Map(batch.map((e, k) => [e.expert, ys[k + (withShared ? 1 : 0)]!]));
-    const rows: Float32Array[] = [];
+    // each (token, slot)'s expert output row, by its byte offset: the i-th row of its expert's
+    // output for the token that is i-th among the expert's users (users lists tokens ascending)
+    const at = new Map(batch.map((e, k) => [e.expert, ys[k + (withShared ? 1 : 0)]!.byteOffset]));
+    const seen = new Map<number, number>(); // rows of each expert taken so far
+    const rows = new Int32Array(T * K);
     const wts = new Float32Array(T * K);
     for (let t = 0; t < T; t++) {
+      const ids = routing.ids[t]!, ws = routing.weights[t]!;
       for (let j = 0; j < K; j++) {
-        const e = routing.ids[t]![j]!, i = users.get(e)!.indexOf(t);
-        rows.push(slot.get(e)!.subarray(i * zw, (i + 1) * zw));
-        wts[t * K + j] = routing.weights[t]![j]!;
+        const e = ids[j]!, i = seen.get(e) ?? 0;
+        seen.set(e, i + 1);
+        rows[t * K + j] = at.get(e)! + 4 * i * zw;
+        wts[t * K + j] = ws[j]!;
       }
     }
     const routed = ch.next().moeCombine(rows, wts, T, K, zw, norm?.[0] ?? null, p.eps);

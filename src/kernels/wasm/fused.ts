@@ -54,6 +54,9 @@
 //   wts[t*K + j]; then, unless norm is 0, the RMSNorm of ops.ts rmsNorm in place: ss = sum v*v and
 //   r = 1 / sqrt(ss / zw + eps) in f64, out = f32(norm[i] * f32(v * r)).
 //
+// gather_rows(tab, cols, out, t0, t1)   (reference: gatherRows in src/model/moe.ts) per row t: the
+//   cols f32 at the i32 tab[t] copied to out + t*cols*4 (a MoE expert's tokens, back to back).
+//
 // All pointers are byte offsets into the kernel memory; all arrays are f32 and dense unless a
 // stride is given (in bytes).
 
@@ -461,6 +464,29 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
           f32.store(i32.add(get(o), get(ib)), get(acc)),
           inc(i, 1), br(0))),
         block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'), get(o))),
+        inc(t, 1), br(0))),
+    ];
+  }
+
+  // ---- rows gathered by a table of addresses (a MoE expert's tokens) ----
+  {
+    const f = fnx('gather_rows', { tab: I32, cols: I32, out: I32, t0: I32, t1: I32 });
+    const A = (n: string): Code => get(f.p(n));
+    const t = f.local('t', I32), src = f.local('src', I32), dst = f.local('dst', I32), i = f.local('i', I32), rowb = f.local('rowb', I32), vend = f.local('vend', I32);
+    f.body = [
+      set(rowb, i32.shl(A('cols'), i32.const(2))),
+      set(vend, i32.and(get(rowb), i32.const(-16))),
+      set(t, A('t0')),
+      block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
+        set(src, i32.load(i32.add(A('tab'), i32.shl(get(t), i32.const(2))))),
+        set(dst, i32.add(A('out'), i32.mul(get(t), get(rowb)))),
+        set(i, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(i), get(vend))),
+          v128.store(i32.add(get(dst), get(i)), v128.load(i32.add(get(src), get(i)))),
+          inc(i, 16), br(0))),
+        block(loop(br_if(1, i32.ge_u(get(i), get(rowb))),
+          f32.store(i32.add(get(dst), get(i)), f32.load(i32.add(get(src), get(i)))),
+          inc(i, 4), br(0))),
         inc(t, 1), br(0))),
     ];
   }
