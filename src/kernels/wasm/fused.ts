@@ -445,24 +445,35 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
   {
     const f = fnx('moe_combine', { ys: I32, wts: I32, K: I32, zw: I32, norm: I32, epsPtr: I32, out: I32, t0: I32, t1: I32 });
     const A = (n: string): Code => get(f.p(n));
-    const t = f.local('t', I32), i = f.local('i', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), ib = f.local('ib', I32);
-    const acc = f.local('acc', F32);
+    // the row starts at +0 and takes the K terms in order, 4 columns at a time (columns are
+    // independent: each element's sum is the scalar one)
+    const t = f.local('t', I32), i = f.local('i', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), y = f.local('y', I32);
+    const rowb = f.local('rowb', I32), vend = f.local('vend', I32), wj = f.local('wj', F32), wv = f.local('wv', V128);
     const at = (k: Code): Code => i32.shl(i32.add(get(tk), k), i32.const(2));
+    const cols = (vec: Code[], sca: Code[]): Code[] => [
+      set(i, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(i), get(vend))), ...vec, inc(i, 16), br(0))),
+      block(loop(br_if(1, i32.ge_u(get(i), get(rowb))), ...sca, inc(i, 4), br(0))),
+    ];
+    const oi = (): Code => i32.add(get(o), get(i)), yi = (): Code => i32.add(get(y), get(i));
     f.body = [
+      set(rowb, i32.shl(A('zw'), i32.const(2))),
+      set(vend, i32.and(get(rowb), i32.const(-16))),
       set(t, A('t0')),
       block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
-        set(o, i32.add(A('out'), i32.shl(i32.mul(get(t), A('zw')), i32.const(2)))),
+        set(o, i32.add(A('out'), i32.mul(get(t), get(rowb)))),
         set(tk, i32.mul(get(t), A('K'))),
-        set(i, i32.const(0)),
-        block(loop(br_if(1, i32.ge_u(get(i), A('zw'))),
-          set(ib, i32.shl(get(i), i32.const(2))),
-          set(acc, f32.const(0)),
-          set(j, i32.const(0)),
-          block(loop(br_if(1, i32.ge_u(get(j), A('K'))),
-            set(acc, f32.add(get(acc), f32.mul(f32.load(i32.add(A('wts'), at(get(j)))), f32.load(i32.add(i32.load(i32.add(A('ys'), at(get(j)))), get(ib)))))),
-            inc(j, 1), br(0))),
-          f32.store(i32.add(get(o), get(ib)), get(acc)),
-          inc(i, 1), br(0))),
+        ...cols([v128.store(oi(), v128.i32x4(0, 0, 0, 0))], [f32.store(oi(), f32.const(0))]),
+        set(j, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(j), A('K'))),
+          set(wj, f32.load(i32.add(A('wts'), at(get(j))))),
+          set(wv, f32x4.splat(get(wj))),
+          set(y, i32.load(i32.add(A('ys'), at(get(j))))),
+          ...cols(
+            [v128.store(oi(), f32x4.add(v128.load(oi()), f32x4.mul(get(wv), v128.load(yi()))))],
+            [f32.store(oi(), f32.add(f32.load(oi()), f32.mul(get(wj), f32.load(yi()))))],
+          ),
+          inc(j, 1), br(0))),
         block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'), get(o))),
         inc(t, 1), br(0))),
     ];
