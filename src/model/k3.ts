@@ -6,7 +6,7 @@ import type { AttnResNames } from '../checkpoint/names.js';
 import { attnResMixOn, foldWeights } from './attnres.js';
 import type { BlockInput } from './block-input.js';
 import { attention, bundle, BundleKind, embed, ffn, head, normGain, type Block } from './decoder.js';
-import { add } from './ops.js';
+import { addInPlace } from './ops.js';
 import type { Batch, SequenceState } from './state.js';
 
 /** The fold of an AttnRes site (attention or FFN of layer l, or the output), made once. */
@@ -35,9 +35,12 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
     prefix = null;
   }
   const a = await attention(b, l, xa, T, state);
-  prefix = prefix ? add(prefix, a) : a;
+  // In place: the stream `prefix` is this layer's to change. It is p, the last layer's own new
+  // output, only between block boundaries (at one, p went into B and prefix started afresh), or a
+  // block output (attention's, the FFN's: new arrays each).
+  prefix = prefix ? addInPlace(prefix, a) : a;
   const f = await ffn(b, l, input([...B, prefix], await fold(b, BundleKind.FoldMlp, l, () => b.names.layerAttnRes(l, 'mlp')), await normGain(b, 'post', l)), T);
-  return add(prefix, f);
+  return addInPlace(prefix, f);
 }
 
 export async function forwardK3(b: Block, state: SequenceState | Batch, ids: number[], rows: number[]): Promise<Float32Array> {

@@ -99,13 +99,6 @@ export function addInPlace(a: Float32Array, b: Float32Array): Float32Array {
   return a;
 }
 
-/** a + b, element-wise in f32, into a new array. */
-export function add(a: Float32Array, b: Float32Array): Float32Array {
-  const out = new Float32Array(a.length);
-  for (let i = 0; i < a.length; i++) out[i] = a[i]! + b[i]!;
-  return out;
-}
-
 /** Gated activation h = act(gate) ⊙ up, per element (§1.2 SwiGLU, §4.6 SiTU). */
 export interface Activation {
   kind: 'silu' | 'situ';
