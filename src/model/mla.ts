@@ -122,8 +122,32 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: F
       r += part.T;
     });
   });
-  if (w.gate) sigmoidGateRef(out, g!, out.length);
-  return linear(c, w.o, out, T);
+  return g ? gatedOut(c, w.o, out, g, T) : linear(c, w.o, out, T);
+}
+
+/**
+ * o_proj of the gated heads' outputs, o · (out ⊙ σ(g)): the gate (an element-wise op split across
+ * the threads, Math.exp per element as sigmoidGateRef) and the product in one chained dispatch
+ * when o is resident; else the gate here and the product alone. The same bytes either way.
+ */
+async function gatedOut(c: Compute, o: Mat, out: Float32Array, g: Float32Array, T: number): Promise<Float32Array> {
+  const v = viewsNow([o]);
+  const ch = v && c.chainFor(v);
+  if (!ch) {
+    sigmoidGateRef(out, g, out.length);
+    return linear(c, o, out, T);
+  }
+  try {
+    const n = out.length, oa = ch.alloc(n), ga = ch.alloc(n);
+    oa.set(out);
+    ga.set(g.subarray(0, n));
+    ch.sigmoidGate(oa, ga, n);
+    const y = ch.next().matmul(v[0]!, oa, T, new Float32Array(T * o.rows));
+    ch.run();
+    return y;
+  } finally {
+    ch.done();
+  }
 }
 
 /** The most bytes of scores and exponentials an MLA chain allocates (16 MiB: 87K positions of 16 heads). */
