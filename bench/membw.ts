@@ -70,7 +70,7 @@ async function measure(bin: Uint8Array<ArrayBuffer>, memory: WebAssembly.Memory,
 }
 
 /** Read bandwidth at 1 and 2 threads, `mib` MiB a thread, alternating `tries` times, best of each. */
-export async function memoryBandwidth(mib = 256, tries = 3): Promise<MemBandwidth> {
+export async function memoryBandwidth(mib = 256, tries = 5): Promise<MemBandwidth> {
   const bytes = mib * 2 ** 20;
   const pages = 1 + (2 * bytes) / PAGE;
   const memory = new WebAssembly.Memory({ initial: pages, maximum: pages, shared: true });
