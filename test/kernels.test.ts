@@ -478,8 +478,8 @@ test('chain moeCombine: the routed sum in router order and the latent RMSNorm ==
         return y;
       });
       const w = new Float32Array(T * K).map(() => rnd());
-      const out = ch.moeCombine(ys, w, T, K, zw, withNorm ? norm : null, eps);
-      // the rows given by their byte offsets instead (moe.ts), reversed into one arena array
+      const out = ch.moeCombine(new Int32Array(ys.map((y) => y.byteOffset)), w, T, K, zw, withNorm ? norm : null, eps);
+      // the same rows as parts of one arena array, reversed (as moe.ts addresses an expert's rows)
       const packed = ch.alloc(T * K * zw);
       ys.forEach((y, i) => packed.set(y, (T * K - 1 - i) * zw));
       const offs = new Int32Array(T * K).map((_, i) => packed.byteOffset + 4 * (T * K - 1 - i) * zw);
@@ -488,7 +488,7 @@ test('chain moeCombine: the routed sum in router order and the latent RMSNorm ==
       const want = new Float32Array(T * zw);
       for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) for (let i = 0; i < zw; i++) want[t * zw + i] = want[t * zw + i]! + Math.fround(w[t * K + j]! * ys[t * K + j]![i]!);
       sameBytes(out, withNorm ? rmsNorm(want, T, zw, normW, eps) : want, `moeCombine norm=${withNorm} threads=${k.threads}`);
-      sameBytes(out2, out, `moeCombine by offsets norm=${withNorm} threads=${k.threads}`);
+      sameBytes(out2, out, `moeCombine rows in one array norm=${withNorm} threads=${k.threads}`);
       assert.throws(() => ch.moeCombine(new Int32Array(T * K).fill(2), w, T, K, zw, null, eps), /kernel memory/);
       ch.done();
       k.release(m);

@@ -138,6 +138,9 @@ function columnTiles(j: number, limit: number, jend: number, tiles: Tile[], body
   return out;
 }
 
+/** A row's columns 4 at a time, then 1 (for columnTiles). */
+const ROW_TILES: Tile[] = [{ lane: VEC, units: 1, tag: 'rv' }, { lane: SCA, units: 1, tag: 'rs' }];
+
 export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: number; wsumTile?: number; expFn: number; madd: Madd }): void {
   const inc = (l: number, n: number | Code): Code => set(l, i32.add(get(l), typeof n === 'number' ? i32.const(n) : n));
   const tilesOf = (cols: number, tag: string): Tile[] => [
@@ -445,34 +448,25 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
   {
     const f = fnx('moe_combine', { ys: I32, wts: I32, K: I32, zw: I32, norm: I32, epsPtr: I32, out: I32, t0: I32, t1: I32 });
     const A = (n: string): Code => get(f.p(n));
-    // the row starts at +0 and takes the K terms in order, 4 columns at a time (columns are
-    // independent: each element's sum is the scalar one)
-    const t = f.local('t', I32), i = f.local('i', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), y = f.local('y', I32);
-    const rowb = f.local('rowb', I32), vend = f.local('vend', I32), wj = f.local('wj', F32), wv = f.local('wv', V128);
+    // the row starts at +0 and takes the K terms in order, 4 columns at a time, then 1 (columns
+    // are independent: each element's sum is the scalar one)
+    const t = f.local('t', I32), i = f.local('i', I32), iend = f.local('iend', I32), j = f.local('j', I32), o = f.local('o', I32), tk = f.local('tk', I32), y = f.local('y', I32);
+    const rowb = f.local('rowb', I32), wj = f.local('wj', F32), wv = f.local('wv', V128);
     const at = (k: Code): Code => i32.shl(i32.add(get(tk), k), i32.const(2));
-    const cols = (vec: Code[], sca: Code[]): Code[] => [
-      set(i, i32.const(0)),
-      block(loop(br_if(1, i32.ge_u(get(i), get(vend))), ...vec, inc(i, 16), br(0))),
-      block(loop(br_if(1, i32.ge_u(get(i), get(rowb))), ...sca, inc(i, 4), br(0))),
-    ];
     const oi = (): Code => i32.add(get(o), get(i)), yi = (): Code => i32.add(get(y), get(i));
     f.body = [
       set(rowb, i32.shl(A('zw'), i32.const(2))),
-      set(vend, i32.and(get(rowb), i32.const(-16))),
       set(t, A('t0')),
       block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
         set(o, i32.add(A('out'), i32.mul(get(t), get(rowb)))),
         set(tk, i32.mul(get(t), A('K'))),
-        ...cols([v128.store(oi(), v128.i32x4(0, 0, 0, 0))], [f32.store(oi(), f32.const(0))]),
+        ...columnTiles(i, rowb, iend, ROW_TILES, ({ lane: L }) => [L.store(oi(), L.zero)]),
         set(j, i32.const(0)),
         block(loop(br_if(1, i32.ge_u(get(j), A('K'))),
           set(wj, f32.load(i32.add(A('wts'), at(get(j))))),
           set(wv, f32x4.splat(get(wj))),
           set(y, i32.load(i32.add(A('ys'), at(get(j))))),
-          ...cols(
-            [v128.store(oi(), f32x4.add(v128.load(oi()), f32x4.mul(get(wv), v128.load(yi()))))],
-            [f32.store(oi(), f32.add(f32.load(oi()), f32.mul(get(wj), f32.load(yi()))))],
-          ),
+          ...columnTiles(i, rowb, iend, ROW_TILES, ({ lane: L }) => [L.store(oi(), L.add(L.load(oi()), L.mul(get(L === VEC ? wv : wj), L.load(yi()))))]),
           inc(j, 1), br(0))),
         block(br_if(0, i32.eqz(A('norm'))), call(rmsRow.index, get(o), A('norm'), A('zw'), A('epsPtr'), get(o))),
         inc(t, 1), br(0))),
@@ -483,21 +477,14 @@ export function addFused(fnx: FnMaker, finalize: Finalize, opts: { kdaTile?: num
   {
     const f = fnx('gather_rows', { tab: I32, cols: I32, out: I32, t0: I32, t1: I32 });
     const A = (n: string): Code => get(f.p(n));
-    const t = f.local('t', I32), src = f.local('src', I32), dst = f.local('dst', I32), i = f.local('i', I32), rowb = f.local('rowb', I32), vend = f.local('vend', I32);
+    const t = f.local('t', I32), src = f.local('src', I32), dst = f.local('dst', I32), i = f.local('i', I32), iend = f.local('iend', I32), rowb = f.local('rowb', I32);
     f.body = [
       set(rowb, i32.shl(A('cols'), i32.const(2))),
-      set(vend, i32.and(get(rowb), i32.const(-16))),
       set(t, A('t0')),
       block(loop(br_if(1, i32.ge_u(get(t), A('t1'))),
         set(src, i32.load(i32.add(A('tab'), i32.shl(get(t), i32.const(2))))),
         set(dst, i32.add(A('out'), i32.mul(get(t), get(rowb)))),
-        set(i, i32.const(0)),
-        block(loop(br_if(1, i32.ge_u(get(i), get(vend))),
-          v128.store(i32.add(get(dst), get(i)), v128.load(i32.add(get(src), get(i)))),
-          inc(i, 16), br(0))),
-        block(loop(br_if(1, i32.ge_u(get(i), get(rowb))),
-          f32.store(i32.add(get(dst), get(i)), f32.load(i32.add(get(src), get(i)))),
-          inc(i, 4), br(0))),
+        ...columnTiles(i, rowb, iend, ROW_TILES, ({ lane: L }) => [L.store(i32.add(get(dst), get(i)), L.load(i32.add(get(src), get(i))))]),
         inc(t, 1), br(0))),
     ];
   }
