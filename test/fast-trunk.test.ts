@@ -14,6 +14,7 @@ import { CLI, GOLDEN, sameBytes, xorshift } from './helpers.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { matmulQ7Ref, requantizeQ7InPlace, q7Bytes, Q7_OFF } from '../src/kernels/wasm/q8-trunk.js';
+import { groupWordsPos } from '../src/kernels/wasm/q8.js';
 import type { WeightView } from '../src/formats/weight.js';
 import { Model } from '../src/model/model.js';
 import { nextTokenKL } from '../src/cli/bench.js';
@@ -64,8 +65,10 @@ test('q7 requantization in place: per block of 32, d = f32(amax / 63), q = round
       const d = sv.getFloat32(4 * (r * (cols / 32) + b), true);
       assert.equal(d, fr(amax / 63));
       for (let c = b * 32; c < b * 32 + 32; c++) {
-        const q = w.data[r * cols + c]! - Q7_OFF;
-        assert.ok(q >= -63 && q <= 63 && w.data[r * cols + c]! <= 127, 'the stored byte is 7-bit (the relaxed dot operand)');
+        // column c lies at groupWordsPos (the words layout of the q7 kernel)
+        const byte = w.data[r * cols + groupWordsPos(c, cols)]!;
+        const q = byte - Q7_OFF;
+        assert.ok(q >= -63 && q <= 63 && byte <= 127, 'the stored byte is 7-bit (the relaxed dot operand)');
         // within half a step of the bf16 value (plus the f32 rounding of w * id, < 64 ulp-of-64 steps)
         assert.ok(Math.abs(q * d - orig[r * cols + c]!) <= d * (0.5 + 1e-5), `row ${r} col ${c}: ${q} * ${d} vs ${orig[r * cols + c]}`);
       }

@@ -10,7 +10,7 @@ import { sameBytes, xorshift } from './helpers.js';
 import { createKernels } from '../src/kernels/fast.js';
 import { kernelModule, initConstants, instantiate } from '../src/kernels/wasm/loader.js';
 import { CONST_END } from '../src/kernels/wasm/kernels.js';
-import { quantizeBlocks, q8Bytes, matmulQ8Ref, Q8_LAYOUT } from '../src/kernels/wasm/q8.js';
+import { quantizeBlocks, q8Bytes, matmulQ8Ref, groupWordsPos, Q8_LAYOUT, ORDER_CODE } from '../src/kernels/wasm/q8.js';
 import { Q8T_LAYOUT, Q7_OFF, matmulQ7Ref, requantizeQ7InPlace, q7Bytes } from '../src/kernels/wasm/q8-trunk.js';
 import type { WeightView } from '../src/formats/weight.js';
 
@@ -69,8 +69,29 @@ function activations(T: number, cols: number, finite = false): Float32Array {
 }
 
 test('the two layouts are what the kernels expect', () => {
-  assert.deepEqual(Q8_LAYOUT, { interleave: true, scaleMul: 0.5, offset: 12 });
-  assert.deepEqual(Q8T_LAYOUT, { interleave: false, scaleMul: 1, offset: Q7_OFF });
+  assert.deepEqual(Q8_LAYOUT, { order: 'evenOdd', scaleMul: 0.5, offset: 12 });
+  assert.deepEqual(Q8T_LAYOUT, { order: 'words', scaleMul: 1, offset: Q7_OFF });
+});
+
+test('the words layout: each group of four blocks by 4-byte words, the tail blocks in column order', () => {
+  for (const cols of [32, 96, 128, 160, 224, 2048]) {
+    const nb = cols / 32, G = nb & ~3;
+    const pos = Array.from({ length: cols }, (_, c) => groupWordsPos(c, cols));
+    assert.deepEqual([...pos].sort((a, b) => a - b), Array.from({ length: cols }, (_, c) => c), `cols ${cols}: a permutation`);
+    for (let c = 0; c < cols; c++) {
+      const b = c >> 5, k = c & 31;
+      // a 16-byte vector of a group holds word k >> 2 of its four blocks, block b & 3 in lane b & 3
+      if (b < G) assert.deepEqual([pos[c]! >> 7, (pos[c]! >> 4) & 7, (pos[c]! >> 2) & 3, pos[c]! & 3], [b >> 2, k >> 2, b & 3, k & 3]);
+      else assert.equal(pos[c], c);
+    }
+  }
+  // quantizeBlocks writes column c of each token there
+  const T = 2, cols = 160;
+  const x = Float32Array.from({ length: T * cols }, (_, i) => (i % 32 === 0 ? 127 : (i % 101) - 50));
+  const out = new Uint8Array(q8Bytes(T, cols));
+  quantizeBlocks(x, T, cols, out, Q8T_LAYOUT);
+  const q = new Int8Array(out.buffer, 0, T * cols);
+  for (let t = 0; t < T; t++) for (let c = 0; c < cols; c++) assert.equal(q[t * cols + groupWordsPos(c, cols)], x[t * cols + c]);
 });
 
 test('q8_act (Wasm) == quantizeBlocks bytes: both layouts, T 1..9, cols 32..2048, special values, relaxed on/off', () => {
@@ -96,9 +117,9 @@ test('q8_act (Wasm) == quantizeBlocks bytes: both layouts, T 1..9, cols 32..2048
             mem.fill(0xa5, oo, oo + bytes + 64);
             new Float32Array(memory.buffer, xo, T * cols).set(x);
             scaleF[0] = o.scaleMul;
-            ex.q8_act!(xo, oo, T, cols, o.interleave ? 1 : 0, scaleBits[0]!, o.offset);
+            ex.q8_act!(xo, oo, T, cols, ORDER_CODE[o.order], scaleBits[0]!, o.offset);
             const got = new Uint8Array(memory.buffer, oo, bytes + 64);
-            assert.equal(Buffer.compare(got.subarray(0, bytes), want), 0, `relaxed ${relaxed} cols ${cols} T ${T} interleave ${o.interleave}`);
+            assert.equal(Buffer.compare(got.subarray(0, bytes), want), 0, `relaxed ${relaxed} cols ${cols} T ${T} order ${o.order}`);
             assert.ok(got.subarray(bytes).every((b) => b === 0xa5), 'nothing written past the end');
             n++;
           }
@@ -129,8 +150,8 @@ test('q8_act: ties and their neighbours, one value at a time, as quantizeBlocks 
     quantizeBlocks(x, 1, cols, want, o);
     new Float32Array(memory.buffer, CONST_END, cols).set(x);
     const oo = CONST_END + 4 * cols;
-    ex.q8_act!(CONST_END, oo, 1, cols, o.interleave ? 1 : 0, new Int32Array(new Float32Array([o.scaleMul]).buffer)[0]!, o.offset);
-    assert.equal(Buffer.compare(new Uint8Array(memory.buffer, oo, want.length), want), 0, `interleave ${o.interleave}`);
+    ex.q8_act!(CONST_END, oo, 1, cols, ORDER_CODE[o.order], new Int32Array(new Float32Array([o.scaleMul]).buffer)[0]!, o.offset);
+    assert.equal(Buffer.compare(new Uint8Array(memory.buffer, oo, want.length), want), 0, `order ${o.order}`);
   }
   // and the reference does round half away from zero there (in double, as written)
   const q = new Uint8Array(q8Bytes(1, 32));

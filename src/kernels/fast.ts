@@ -25,7 +25,7 @@ import * as os from 'node:os';
 import type { WeightView, WeightFormat } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
 import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
-import { q8Bytes, Q8_LAYOUT } from './wasm/q8.js';
+import { q8Bytes, Q8_LAYOUT, ORDER_CODE, type Q8Order } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
 import { Pool, writeMatmulOp, writeFusedOp, maxOps, OP_KDA, OP_KDA_BLOCK, OP_MLA_SCORES, OP_MLA_WSUM, OP_MVT, OP_ACT, OP_ATTNRES_SCORES, OP_ATTNRES_SUM, OP_PREP, ACT_OPS } from './pool.js';
@@ -87,9 +87,9 @@ const align = (n: number, a: number): number => Math.ceil(n / a) * a;
 /** The formats whose products the profile counts as experts (K3's routed experts, K2's int4). */
 const EXPERT_FMTS: ReadonlySet<string> = new Set(['mxfp4', 'int4']);
 /** The arguments of q8_act for quantizeQ8's and quantizeQ8T's layouts (scaleMul as f32 bits). */
-const actArgs = (o: { interleave: boolean; scaleMul: number; offset: number }): { interleave: number; scaleBits: number; offset: number } => {
+const actArgs = (o: { order: Q8Order; scaleMul: number; offset: number }): { order: number; scaleBits: number; offset: number } => {
   if (Math.fround(o.scaleMul) !== o.scaleMul) throw new RangeError('q8_act: scaleMul must be an f32');
-  return { interleave: o.interleave ? 1 : 0, scaleBits: new Int32Array(new Float32Array([o.scaleMul]).buffer)[0]!, offset: o.offset };
+  return { order: ORDER_CODE[o.order], scaleBits: new Int32Array(new Float32Array([o.scaleMul]).buffer)[0]!, offset: o.offset };
 };
 const Q8_ACT = actArgs(Q8_LAYOUT), Q8T_ACT = actArgs(Q8T_LAYOUT);
 
@@ -420,13 +420,13 @@ export class Kernels {
    * quantizeBlocks (wasm/q8.ts) by the Wasm q8_act, on the calling thread: the same bytes, a
    * tenth of the time. x is read in place when it lies in this memory, else copied in first.
    */
-  private quantizeActs(x: Float32Array, T: number, cols: number, bytes: number, o: { interleave: number; scaleBits: number; offset: number }): number {
+  private quantizeActs(x: Float32Array, T: number, cols: number, bytes: number, o: { order: number; scaleBits: number; offset: number }): number {
     const n = T * cols;
     if (x.length < n) throw new RangeError(`activations: ${x.length} values, need ${n}`);
     if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
     const src = this.contains(x) ? x.byteOffset : this.copyIn(x.subarray(0, n));
     const r = this.alloc(bytes, 64);
-    this.ex.q8_act!(src, r.offset, T, cols, o.interleave, o.scaleBits, o.offset);
+    this.ex.q8_act!(src, r.offset, T, cols, o.order, o.scaleBits, o.offset);
     return r.offset;
   }
 
@@ -467,7 +467,7 @@ export class Kernels {
       if (cols % 32) throw new RangeError(`q8: columns ${cols} not a multiple of 32`);
       const o = L.q8 ? Q8_ACT : Q8T_ACT;
       dst = this.alloc(L.q8 ? q8Bytes(T, cols) : q8tBytes(T, cols), 64).offset;
-      args = [2, src, dst, T, cols, o.interleave, o.scaleBits, o.offset];
+      args = [2, src, dst, T, cols, o.order, o.scaleBits, o.offset];
     } else {
       dst = this.alloc(n * 4).offset;
       args = L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [0, src, dst, T, cols, 0, 0, 0];

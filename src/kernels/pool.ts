@@ -79,7 +79,7 @@ export const OP_ATTNRES_SCORES = 7;
 export const OP_ATTNRES_SUM = 8;
 /** Activations laid out for a matmul inside a chained dispatch (`Kernels.gatedMlpBatch`): words
  *  fn (index into PREP_FNS), then its arguments (src, dst, T, cols, and tilex's perm or q8_act's
- *  interleave, scale bits, offset); one unit, [0, 1) in words 14, 15: the calling thread's prepX
+ *  order, scale bits, offset); one unit, [0, 1) in words 14, 15: the calling thread's prepX
  *  (or quantizeActs) on one array, run by whichever thread claims it. */
 export const OP_PREP = 9;
 export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act'] as const;

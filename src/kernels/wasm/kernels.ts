@@ -84,12 +84,18 @@ export const TILE_MIN_T = 4;
 export const MM1_ROWS = 2;
 export const MM1_MIN_DIST = 8;
 /** mxfp4 rows the single-token matmul decodes (to bf16, into scratch) and then walks side by side,
- *  all 8 accumulators in one pass. Why: a row's dot is 4 chains of fused multiply-adds (4 cycles
- *  each, longer than the add they replaced on this Intel core), so one decoded row at a time waits on
- *  them; two give 8 chains. k3-medium decode, Intel Xeon (Sapphire Rapids class), 1 thread: 1 row
- *  8.9 tok/s, 2 rows 10.2 (9.8 with the old mul + add, 1 row). Stored bf16 rows stream from
- *  memory and keep MM1_ROWS with two passes (one pass measured no faster here, slower on Zen 3). */
-export const MM1_DEC_ROWS = 2;
+ *  in two passes over lane groups as MM1_ROWS (6 accumulators live a pass). Why: a row's dot is 4
+ *  chains of fused multiply-adds (4 cycles each), so one decoded row at a time waits on them.
+ *  - Two rows in one pass (8 accumulators, the choice until December 2026: Intel Xeon, 1 thread,
+ *    k3-medium decode 8.9 tok/s with 1 row, 10.2 with 2) leave x86 V8 short of the 16 xmm
+ *    registers: two accumulators went to the stack, each multiply-add then waiting on a store and a
+ *    reload (`--print-wasm-code`).
+ *  - Measured in one process taking turns (AMD EPYC Zen 4, 1 thread, mxfp4 768x1024, T = 1,
+ *    GMAC/s, medians): 2 rows one pass 5.5-5.7; 2 rows two passes 7.4; 3 rows two passes 8.6-9.0
+ *    (the same from DRAM, 64 matrices); 4 rows two passes 4.6-5.6 (8 live again); 4 rows four passes
+ *    5.1-7.6; 6 rows four passes 5.1-7.4. k3-medium decode, experts' kernel time per token: 1 thread
+ *    29.5-38 -> 20.8-23 ms, 2 threads 18.5-21 -> 11.7-13.8. */
+export const MM1_DEC_ROWS = 3;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
@@ -649,9 +655,10 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
     // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: two streams from memory. Their loop
     // makes two passes over lane groups (accumulators 0, 1, then 2, 3), the rows' bytes in L1 for
     // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). Decoded mxfp4
-    // rows MM1_DEC_ROWS at a time, in one pass. A function of its own, as V8 allocates registers
-    // per function. Other decoded formats (f16, fp8, int4: f32 rows) go one row at a time.
-    const group = rowFn('mm1g', NRg, inPlace ? [[0, 1], [2, 3]] : [[0, 1, 2, 3]]);
+    // rows MM1_DEC_ROWS at a time, in the same two passes (from L1). A function of its own, as V8
+    // allocates registers per function. Other decoded formats (f16, fp8, int4: f32 rows) go one row
+    // at a time (int4 with three rows measured 5.0 -> 5.5 GMAC/s, not worth a third path).
+    const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
     const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));

@@ -10,15 +10,20 @@
 // columns of bf16 values w_i,
 //   amax = max |w_i|,  d = f32(amax / 63),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(w_i * id)), -63, 63),   stored byte q_i + 64 (1..127).
-// Layout ('q7' WeightView): rows * cols bytes, row-major, natural column order; then the
-// rows * nb f32 scales d. It takes 1.125 bytes a weight, so it is written over the bf16 bytes.
+// Layout ('q7' WeightView): rows * cols bytes, row-major; then the rows * nb f32 scales d. It takes
+// 1.125 bytes a weight, so it is written over the bf16 bytes. Within a row, each group of four
+// blocks (b < G = nb & ~3, 128 bytes) is laid out by 4-byte words: word v (columns 4v..4v+3) of
+// block g + i at byte 32 g + 16 v + 4 i (groupWordsPos in q8.ts); the tail blocks in column order.
+// So one 16-byte vector holds a word of each of the group's four blocks, and one integer dot of it
+// sums into lane i the products of block g + i: the kernel needs no shuffles to separate the
+// blocks' sums. The activations are laid out the same way (the `words` order).
 //
-// Why 7 bits: i32x4.relaxed_dot_i8x16_i7x16_add_s(a, b, c) is exact on every platform only when
-// every byte of its SECOND operand b has the top bit clear (0..127); then x86 (pmaddubsw, b as
-// unsigned) and Arm (sdot, signed) read the same values, and the i16 pair sums
+// Why 7 bits: i16x8.relaxed_dot_i8x16_i7x16_s(a, b) is exact on every platform only when every
+// byte of its SECOND operand b has the top bit clear (0..127); then x86 (pmaddubsw, b as
+// unsigned) and Arm (read as signed) see the same values, and the i16 pair sums
 // (|.| <= 2 * 127 * 127) never saturate. The weight is that operand, offset by 64 into 1..127.
 //
-// Activations (quantizeQ8T, per call and token, natural order; the Kernels class runs the Wasm
+// Activations (quantizeQ8T, per call and token, the words order; the Kernels class runs the Wasm
 // q8_act of q8.ts, same bytes): per token and block b,
 //   amax = max |x_i|,  d = f32(amax / 127),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(x_i * id)), -127, 127) (int8),  c_b = 64 * sum_b q_i.
@@ -31,11 +36,19 @@
 //   acc = f32(f32(l_0 + l_1) + f32(l_2 + l_3));  for G <= b < nb, ascending: acc = f32(acc + u_b)
 // Threads split rows, never a dot; up to 4 tokens share one load of the weight blocks.
 //
-// Wasm (mmq7): relaxed SIMD: two relaxed dot-adds per block. Plain SIMD: i16x8.extmul_{low,high}
-// (|q_x (q_w + 64)| <= 16129, two added per i16 lane <= 32258), i32x4.extadd_pairwise_i16x8_s.
-// Integer sums are exact, so both variants give the same i32 and the same bytes.
+// Wasm (mmq7), per group and token: relaxed SIMD, per word vector
+// i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(q_x, q_w + 64), ones) added into one i32x4,
+// whose lanes are then B_g..B_g+3 (3 instructions a vector on x86; the i32x4 relaxed dot-add that
+// V8 emits with a ones vector built each time, then two shuffle levels to separate the blocks, took
+// 49 a group of 8 vectors against 24). Plain SIMD: i16x8.extmul_{low,high} (|q_x (q_w + 64)| <=
+// 16129) and i32x4.extadd_pairwise_i16x8_s into two i32x4 (blocks 0, 0, 1, 1 and 2, 2, 3, 3), one
+// pairwise add at the end. Tail blocks in column order: the same per half block. Integer sums are
+// exact, so their order is free: both variants give the same i32 and the same bytes. Measured
+// (AMD EPYC Zen 4, 1 thread, 2048x2048, T = 1, from L3, GMAC/s): 16.0-16.5 -> 18.3-19.6; k3-medium
+// --fast decode, one process taking turns (with q8.ts's faster mxfp4 dot): 1 thread 45.9-48.1 ->
+// 39.9-41.3 ms a token, 2 threads 27.6 -> 24.7; an 8-token prompt 290 -> 224-234 ms.
 
-import { q8Bytes, quantizeBlocks, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, splat32 } from './q8.js';
+import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDot16, dotI16, splat32 } from './q8.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
@@ -90,7 +103,7 @@ export function requantizeQ7Ref(buf: Uint8Array, rows: number, cols: number): vo
         let n = v < 0 ? -((0.5 - v) | 0) : (v + 0.5) | 0;
         if (n > QW) n = QW;
         else if (n < -QW) n = -QW;
-        buf[o + i] = n + Q7_OFF;
+        buf[o + groupWordsPos(i, cols)] = n + Q7_OFF;
       }
       scales[r * nb + b] = d;
     }
@@ -99,7 +112,7 @@ export function requantizeQ7Ref(buf: Uint8Array, rows: number, cols: number): vo
 }
 
 /** quantizeQ8T's layout (the Kernels class passes it to q8_act, wasm/q8.ts). */
-export const Q8T_LAYOUT = { interleave: false, scaleMul: 1, offset: Q7_OFF } as const;
+export const Q8T_LAYOUT = { order: 'words', scaleMul: 1, offset: Q7_OFF } as const;
 
 /**
  * Quantize x [T, cols] (cols a multiple of 32) into `out` (q8tBytes(T, cols) bytes, offset a
@@ -126,9 +139,11 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
     for (let t = 0; t < T; t++) {
       l.fill(0);
       const u = (b: number): number => {
-        const wp = r * cols + b * 32, xp = t * cols + b * 32;
         let B = 0;
-        for (let i = 0; i < 32; i++) B += q[xp + i]! * data[wp + i]!;
+        for (let c = b * 32; c < b * 32 + 32; c++) {
+          const at = groupWordsPos(c, cols);
+          B += q[t * cols + at]! * data[r * cols + at]!;
+        }
         B -= corr[t * nb + b]!;
         return fr(B * fr(dx[t * nb + b]! * sv.getFloat32(4 * (r * nb + b), true)));
       };
@@ -172,6 +187,7 @@ export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: nu
 function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
   const P = (n: string): Code => get(f.p(n));
   const zero = K(f, splat32(0));
+  const ones = K(f, new Uint8Array(new Int16Array(8).fill(1).buffer));
   const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
   const t = L('t'), nb = L('nb'), G = L('G');
   const g = L('g'), dbase = L('dbase'), cbase = L('cbase');
@@ -182,24 +198,36 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
   const per = (n: string, ty: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, ty));
   const qk = per('q'), dk = per('dp'), ck = per('cp');
   const sq = per('sq'), sd = per('sd'), sc = per('sc');
-  const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
-  const u01 = per('u01', V128), u23 = per('u23', V128);
+  const ak = per('ak', V128), ah = per('ah', V128);
   /** A row being dotted: its index, weight and scale pointers, and its lanes per token. */
   interface Row { r: number; wrow: number; srow: number; p: number; e: number; lanes: number[] }
   const R: Row[] = Array.from({ length: nr }, (_, i) => ({
     r: L(`r${i}`), wrow: L(`wrow${i}`), srow: L(`srow${i}`), p: L(`p${i}`), e: L(`e${i}`),
     lanes: Array.from({ length: TTMAX }, (_, k) => L(`lanes${i}_${k}`, V128)),
   }));
-  /** i32x4 of partial sums of q_x (q_w + 64) of block j (weights in wl, wh) for the token at a. */
-  const dot = (a: number, j: number): Code => relaxed
-    ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(wh), relaxedDotAdd(v128.load(get(a), 32 * j), get(wl), get(zero)))
+  /** i32x4 of partial sums of q_x (q_w + 64) of a tail block (weights in wl, wh; column order) for
+   *  the token at a. Relaxed: the pair sums of each half (<= 32258) widened apart, as they would
+   *  overflow i16 added. */
+  const dot = (a: number): Code => relaxed
+    ? i32x4.add(dotI16(relaxedDot16(v128.load(get(a)), get(wl)), get(ones)), dotI16(relaxedDot16(v128.load(get(a), 16), get(wh)), get(ones)))
     : i32x4.add(
-      extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a), 32 * j)), extmulHi(get(wl), v128.load(get(a), 32 * j)))),
-      extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 32 * j + 16)), extmulHi(get(wh), v128.load(get(a), 32 * j + 16)))));
-  const load = (j: number, at: number): Code[] => [set(wl, v128.load(get(at), 32 * j)), set(wh, v128.load(get(at), 32 * j + 16))];
+      extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a))), extmulHi(get(wl), v128.load(get(a))))),
+      extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 16)), extmulHi(get(wh), v128.load(get(a), 16)))));
+  /** Word vector v of a group (one word of each of its 4 blocks, groupWordsPos) dotted with the
+   *  token's vector at a + 16 v, added into its sums: relaxed, lane i of ak is block i's (the pair
+   *  sums widened by a dot with ones); plain, ak holds blocks (0, 0, 1, 1) and ah (2, 2, 3, 3). */
+  const dotWords = (k: number, a: number, v: number): Code[] => relaxed
+    ? [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(v128.load(get(a), 16 * v), get(wl)), get(ones))))]
+    : [
+      set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(get(wl), v128.load(get(a), 16 * v))))),
+      set(ah[k]!, i32x4.add(get(ah[k]!), extaddPairS(extmulHi(get(wl), v128.load(get(a), 16 * v))))),
+    ];
+  /** (B_g .. B_g+3) of token k before the offset correction. */
+  const groupSums = (k: number): Code => relaxed
+    ? get(ak[k]!)
+    : i32x4.add(shuffle32(get(ak[k]!), get(ah[k]!), [0, 2, 4, 6]), shuffle32(get(ak[k]!), get(ah[k]!), [1, 3, 5, 7]));
   const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
-  const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
-  /** Tokens t .. t + TT - 1 of the rows: each weight block is loaded once for the TT tokens. */
+  /** Tokens t .. t + TT - 1 of the rows: each weight vector is loaded once for the TT tokens. */
   const tokens = (TT: number): Code[] => {
     const ks = Array.from({ length: TT }, (_, k) => k);
     return [
@@ -212,16 +240,12 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
       set(g, i32.const(0)),
       block(loop(br_if(1, i32.ge_u(get(g), get(G))),
         ...R.flatMap((w) => [
-          ...load(0, w.p), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
-          ...load(1, w.p), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
-          ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
-          ...load(2, w.p), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
-          ...load(3, w.p), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
-          ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
+          ...ks.flatMap((k) => (relaxed ? [set(ak[k]!, get(zero))] : [set(ak[k]!, get(zero)), set(ah[k]!, get(zero))])),
+          ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((v) => [set(wl, v128.load(get(w.p), 16 * v)), ...ks.flatMap((k) => dotWords(k, qk[k]!, v))]),
           set(sw, v128.load(get(w.e))),
           ...ks.flatMap((k) => [
-            // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
-            set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
+            // (B_g, .., B_g+3) minus the offset corrections, then u_b = f32(f32(B_b) * f32(dx_b * dw_b))
+            set(bs, i32x4.sub(groupSums(k), v128.load(get(ck[k]!)))),
             set(w.lanes[k]!, f32x4.add(get(w.lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
           ]),
           set(w.p, i32.add(get(w.p), i32.const(128))), set(w.e, i32.add(get(w.e), i32.const(16))),
@@ -239,8 +263,8 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
           // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
           set(g2, get(g)), set(p2, get(w.p)), set(e2, get(w.e)),
           block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
-            ...load(0, p2),
-            set(bs, dot(qk[k]!, 0)),
+            set(wl, v128.load(get(p2))), set(wh, v128.load(get(p2), 16)),
+            set(bs, dot(qk[k]!)),
             set(u, f32.mul(f32.convert_i32_s(
               i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
                 i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
@@ -284,8 +308,9 @@ const f32x4ge = vbin(0x46); // f32x4.ge
 const truncSatS = (a: Code): Code => [a, simd(0xf8)]; // i32x4.trunc_sat_f32x4_s (NaN -> 0, saturating)
 
 /**
- * q7_requant(src, dst, sc, n): n blocks of 32 bf16 values at src (contiguous: rows of nb blocks
- * are one run) to n * 32 q7 bytes at dst and n f32 scales at sc. Per block, requantizeQ7Ref's
+ * q7_requant(src, dst, sc, n, nb): n blocks of 32 bf16 values at src (whole rows of nb blocks, one
+ * run) to n * 32 q7 bytes at dst (each row's groups of four blocks by words, groupWordsPos) and n
+ * f32 scales at sc. Per block, requantizeQ7Ref's
  * operations, each giving the same value:
  *   w: bf16 bits << 16, the f32 exactly (i32x4.extend_{low,high}_i16x8_u, then a shift).
  *   amax: JS `if (a > amax) amax = a` from 0 skips NaN; f32x4.pmax(acc, a) = acc < a ? a : acc
@@ -305,14 +330,15 @@ const truncSatS = (a: Code): Code => [a, simd(0xf8)]; // i32x4.trunc_sat_f32x4_s
  *     exactly; NaN gives t = 0 and a false compare, 0 as JS. Then min(., 63), JS's clamp.
  *     The sign is w's: v < 0 needs w < 0 (id >= 0), and where w is negative but v is not (v = -0
  *     or NaN) the magnitude is 0.
- *   byte n + 64 (1..127): saturating narrows, exact.
+ *   byte n + 64 (1..127): saturating narrows, exact; stored by words in a group (storeBlock).
  * Nothing depends on relaxed SIMD.
  */
 function requantFn(): Fn {
-  const f = new Fn('q7_requant', { src: I32, dst: I32, sc: I32, n: I32 });
+  const f = new Fn('q7_requant', { src: I32, dst: I32, sc: I32, n: I32, nb: I32 });
   const [src, dst, sc] = [f.p('src'), f.p('dst'), f.p('sc')];
   const L = (n: string, t: typeof I32 | typeof F32 | typeof V128 = I32): number => f.local(n, t);
-  const end = L('end'), d = L('d', F32), id = L('id', F32);
+  const end = L('end'), d = L('d', F32), id = L('id', F32), bi = L('bi'), G = L('G');
+  const qa = L('qa', V128), qb = L('qb', V128);
   const zero = L('zero', V128), half = L('half', V128), k63 = L('k63', V128), k64 = L('k64', V128);
   const h = L('h', V128), m = L('m', V128), idv = L('idv', V128), s = L('s', V128), t = L('t', V128);
   const xv = Array.from({ length: 8 }, (_, k) => L(`x${k}`, V128));
@@ -326,6 +352,8 @@ function requantFn(): Fn {
     set(k63, i32x4.splat(i32.const(QW))),
     set(k64, i32x4.splat(i32.const(Q7_OFF))),
     set(end, i32.add(get(src), i32.shl(get(f.p('n')), i32.const(6)))),
+    set(G, i32.and(get(f.p('nb')), i32.const(-4))),
+    set(bi, i32.const(0)),
   );
   f.body = [
     block(loop(br_if(1, i32.ge_u(get(src), get(end))),
@@ -349,8 +377,10 @@ function requantFn(): Fn {
         set(s, i32x4.shr_s(get(xv[k]!), i32.const(31))), // -1 where w's sign bit is set
         set(nv[k]!, i32x4.add(i32x4.sub(v128.xor(get(t), get(s)), get(s)), get(k64))),
       ]),
-      v128.store(get(dst), narrow(0)),
-      v128.store(get(dst), narrow(4), 16),
+      set(qa, narrow(0)), set(qb, narrow(4)),
+      storeBlock(dst, bi, G, qa, qb, i32.const(1)),
+      set(bi, i32.add(get(bi), i32.const(1))),
+      set(bi, select(i32.const(0), get(bi), i32.eq(get(bi), get(f.p('nb'))))),
       f32.store(get(sc), get(d)),
       set(src, i32.add(get(src), i32.const(64))), set(dst, i32.add(get(dst), i32.const(32))), set(sc, i32.add(get(sc), i32.const(4))),
       br(0))),
@@ -370,7 +400,7 @@ let requantModule: WebAssembly.Module | null = null;
  */
 class Q7Requantizer {
   private readonly memory: WebAssembly.Memory;
-  private readonly run: (src: number, dst: number, sc: number, n: number) => void;
+  private readonly run: (src: number, dst: number, sc: number, n: number, nb: number) => void;
   private u8: Uint8Array;
 
   constructor() {
@@ -395,7 +425,7 @@ class Q7Requantizer {
     for (let a = 0; a < rows; a += cr) {
       const b = Math.min(rows, a + cr);
       u8.set(buf.subarray(2 * a * cols, 2 * b * cols), 0);
-      this.run(0, out, sc + 4 * a * nb, (b - a) * nb);
+      this.run(0, out, sc + 4 * a * nb, (b - a) * nb, nb);
       buf.set(u8.subarray(out, out + (b - a) * cols), a * cols);
     }
     buf.set(u8.subarray(sc, need), rows * cols);
