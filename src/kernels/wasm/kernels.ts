@@ -456,6 +456,13 @@ function addDecMx2f32(gen: Gen): Fn {
   });
 }
 
+/** 32-column groups an mxfp4 decoder's loop takes a pass (then the rest one at a time): the
+ *  loop's own instructions (V8's moves of the pointers, the interrupt check, the branch) are about
+ *  a sixth of a one-group pass. Measured in one process taking turns, mxfp4 768x1024 T = 1, AMD
+ *  EPYC Zen 4, 1 thread, medians of three series (GMAC/s): 1 group 5.8-6.2, 2 groups 6.4-6.5, 4
+ *  groups 6.3-6.6; T = 8 (the tiled path's decoder) 12.1-12.9 / 13.0 / 12.9-13.1. */
+const MX_DEC_UNROLL = 4;
+
 /**
  * The frame of the mxfp4 decoders: per 32-column group (16 bytes, one scale byte), the scale's
  * planes and the nibble indices in column order; emit16(f, lb, hb, o, off) stores 16 columns from
@@ -475,25 +482,33 @@ function addMxDecoder(gen: Gen, name: string, exported: boolean, colBytes: 2 | 4
     set(lb, swz(get(L), get(idx))), set(hb, swz(get(H), get(idx))),
     ...emit16(f, lb, hb, o, off),
   ];
+  /** Group k after p (16 bytes, scale byte at sp + k) to o + k * 32 columns. */
+  const group = (k: number): Code[] => [
+    set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp), k), i32.const(5)))),
+    set(L, v128.load(get(pl))),
+    set(H, v128.load(get(pl), 16)),
+    set(B, v128.load(get(p), 16 * k)),
+    set(lo, v128.and(get(B), nib)),
+    set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+    // nibble indices in column order: cols 0..15, then 16..31
+    set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
+    set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
+    ...cols16(i0, 32 * colBytes * k),
+    ...cols16(i1, 32 * colBytes * k + 16 * colBytes),
+  ];
+  const U = MX_DEC_UNROLL;
+  const step = (n: number): Code[] => [
+    set(p, i32.add(get(p), i32.const(16 * n))), set(sp, i32.add(get(sp), i32.const(n))),
+    set(o, i32.add(get(o), i32.const(32 * colBytes * n))),
+  ];
   f.body = [
     set(p, addp(get(f.p('w')), i32.mul(get(f.p('r')), half))),
     set(pend, addp(get(p), half)),
     set(sp, addp(get(f.p('s')), i32.mul(get(f.p('r')), i32.shr_u(get(f.p('cols')), i32.const(5))))),
     set(o, get(f.p('out'))),
-    block(loop(br_if(1, i32.ge_u(get(p), get(pend))),
-      set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(get(sp)), i32.const(5)))),
-      set(L, v128.load(get(pl))),
-      set(H, v128.load(get(pl), 16)),
-      set(B, v128.load(get(p))),
-      set(lo, v128.and(get(B), nib)),
-      set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
-      // nibble indices in column order: cols 0..15, then 16..31
-      set(i0, i8x16.shuffle(get(lo), get(hi), ilLo)),
-      set(i1, i8x16.shuffle(get(lo), get(hi), ilHi)),
-      ...cols16(i0, 0),
-      ...cols16(i1, 16 * colBytes),
-      set(p, i32.add(get(p), i32.const(16))), set(sp, i32.add(get(sp), i32.const(1))),
-      set(o, i32.add(get(o), i32.const(32 * colBytes))), br(0))),
+    ...(U > 1 ? [block(loop(br_if(1, i32.gt_u(i32.add(get(p), i32.const(16 * U)), get(pend))),
+      ...Array.from({ length: U }, (_, k) => group(k)).flat(), ...step(U), br(0)))] : []),
+    block(loop(br_if(1, i32.ge_u(get(p), get(pend))), ...group(0), ...step(1), br(0))),
     get(f.p('out')),
   ];
   return f;
