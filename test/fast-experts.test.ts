@@ -70,10 +70,12 @@ function checkQ8Bound(w: WeightView, x: Float32Array, T: number, got: Float32Arr
   }
 }
 
-test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads 1/2, relaxed on/off)', async () => {
-  for (const relaxed of [true, false]) {
+test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads 1/2, relaxed on/off, both integer dot forms)', async () => {
+  // relaxed: the i32x4 dot-add accumulating (intDotAdd, Arm64's one instruction) and the i16x8 dot
+  // widened by a dot with ones (x86); plain SIMD: extmul
+  for (const [relaxed, intDotAdd] of [[true, false], [true, true], [false, false]] as const) {
     for (const threads of [1, 2]) {
-      const k = await createKernels({ threads, relaxed, minWorkPerThread: 1, maxCols: 2048 });
+      const k = await createKernels({ threads, relaxed, intDotAdd, minWorkPerThread: 1, maxCols: 2048 });
       try {
         k.fastMxfp4 = true;
         for (const [rows, cols] of [[1, 32], [3, 96], [37, 224], [5, 128], [19, 1024], [8, 160]] as const) {
@@ -84,7 +86,7 @@ test('q8 x mxfp4: wasm == TypeScript reference bytes (odd sizes, T 1..8, threads
             matmulQ8Ref(w, x, T, want);
             const got = new Float32Array(T * rows);
             k.matmul(w, x, T, got);
-            assert.ok(sameBytes(got, want), `relaxed ${relaxed} threads ${threads} ${rows}x${cols} T ${T}`);
+            assert.ok(sameBytes(got, want), `relaxed ${relaxed} intDotAdd ${intDotAdd} threads ${threads} ${rows}x${cols} T ${T}`);
             // a row range, as the pool splits it
             const part = new Float32Array(T * rows).fill(7);
             k.matmulBatch([{ w, x, T, y: part, r0: Math.floor(rows / 3), r1: rows }]);

@@ -76,13 +76,15 @@ test('q7 requantization in place: per block of 32, d = f32(amax / 63), q = round
   }
 });
 
-test('q7 x q8: wasm == TypeScript reference bytes (odd sizes, T 1..9, threads 1/2, relaxed on/off)', async () => {
+test('q7 x q8: wasm == TypeScript reference bytes (odd sizes, T 1..9, threads 1/2, relaxed on/off, both integer dot forms)', async () => {
   // 19, 37 and 70 rows: at T = 1, rows in pairs far apart (j, j + rows/2), then the rest
   const shapes = [[1, 32], [3, 96], [37, 224], [5, 128], [19, 1024], [8, 160], [4, 2048], [70, 96]] as const;
   const views = shapes.map(([rows, cols]) => q7View(bf16Bytes(rows, cols), rows, cols));
-  for (const relaxed of [true, false]) {
+  // relaxed: the i32x4 dot-add accumulating (intDotAdd, Arm64's one instruction) and the i16x8 dot
+  // widened by a dot with ones (x86); plain SIMD: extmul
+  for (const [relaxed, intDotAdd] of [[true, false], [true, true], [false, false]] as const) {
     for (const threads of [1, 2]) {
-      const k = await createKernels({ threads, relaxed, minWorkPerThread: 1, maxCols: 2048 });
+      const k = await createKernels({ threads, relaxed, intDotAdd, minWorkPerThread: 1, maxCols: 2048 });
       try {
         for (const v of views) {
           const w = k.upload(v);
@@ -93,7 +95,7 @@ test('q7 x q8: wasm == TypeScript reference bytes (odd sizes, T 1..9, threads 1/
             matmulQ7Ref(v, x, T, want);
             const got = new Float32Array(T * rows);
             k.matmul(w, x, T, got);
-            assert.ok(sameBytes(got, want), `relaxed ${relaxed} threads ${threads} ${rows}x${cols} T ${T}`);
+            assert.ok(sameBytes(got, want), `relaxed ${relaxed} intDotAdd ${intDotAdd} threads ${threads} ${rows}x${cols} T ${T}`);
             // a view outside kernel memory (copied in), and a row range as the pool splits it
             const c = new Float32Array(T * rows);
             k.matmul(v, x, T, c);

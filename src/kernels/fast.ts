@@ -60,6 +60,8 @@ export interface KernelsOptions {
   /** Column tiles of the fused kernels (tuning; see wasm/fused.ts). */
   kdaTile?: number;
   wsumTile?: number;
+  /** The 8-bit paths' integer dot form (wasm/loader.ts intDotAddIsOne; the same bytes either way). */
+  intDotAdd?: boolean;
 }
 
 /** A region of kernel memory. */
@@ -182,7 +184,7 @@ export class Kernels {
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));
     if (initialPages * PAGE < arenaStart + PAGE) throw new RangeError('kernel memory too small for the scratch areas');
     const memory = new WebAssembly.Memory({ initial: initialPages, maximum: maxPages, shared: true });
-    const compiled = kernelModule({ relaxed, kdaTile: opts.kdaTile, wsumTile: opts.wsumTile });
+    const compiled = kernelModule({ relaxed, kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, intDotAdd: opts.intDotAdd });
     initConstants(memory, compiled);
     const module = compiled.module;
     const ex = instantiate(module, memory);

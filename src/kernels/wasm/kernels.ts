@@ -108,6 +108,10 @@ export interface GenOptions {
   /** f32x4.relaxed_madd is a fused multiply-add on this machine (loader.ts fusedMaddAvailable):
    *  the dots use it; otherwise they use fma.ts's exact emulation (same bytes, slower). */
   fusedMadd?: boolean;
+  /** The 8-bit paths' integer dots as i32x4.relaxed_dot_i8x16_i7x16_add_s, accumulating, where it is
+   *  one instruction (loader.ts intDotAddIsOne); else as i16x8 relaxed dots widened by a dot with
+   *  ones. The same integers either way, so the same bytes; only the speed differs. */
+  intDotAdd?: boolean;
   /** Tokens per tile of the multi-token path, and the smallest T that takes it (tuning only: the
    *  defaults TILE_TOKENS and TILE_MIN_T are what fast.ts lays the activations out for). */
   tileTokens?: number;
@@ -828,8 +832,8 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
 function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>): void {
   // optional fast path (q8.ts): mm_mxfp4 with sdt = Q8_SDT runs it instead
   const { fnx, K, opts, fns } = gen;
-  const mmq8 = addQ8(fnx, K, opts.relaxed);
-  const mmq7 = addQ7(fnx, K, opts.relaxed, MM1_MIN_DIST);
+  const mmq8 = addQ8(fnx, K, opts.relaxed, opts.intDotAdd ?? false);
+  const mmq7 = addQ7(fnx, K, opts.relaxed, MM1_MIN_DIST, opts.intDotAdd ?? false);
   for (const fmt of FMTS) {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));

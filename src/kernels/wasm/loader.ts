@@ -4,12 +4,15 @@
 // `--experimental-wasm-relaxed-simd` on Node 20: we set it at run time before compiling, and fall
 // back to plain SIMD if the engine still refuses it.
 
+import * as fs from 'node:fs';
 import * as v8 from 'node:v8';
 import { generate, MX_PLANES, FP8_TAB, KCONST } from './kernels.js';
 import { E2M1_TABLE, FP8_TABLE, e8m0ToF32 } from '../../formats/dtypes.js';
 
 export interface KernelOptions {
   relaxed: boolean;
+  /** GenOptions.intDotAdd; default intDotAddIsOne(). */
+  intDotAdd?: boolean;
   /** Column tiles of the fused kernels (fused.ts). */
   kdaTile?: number;
   wsumTile?: number;
@@ -82,10 +85,29 @@ export function maddHint(): string | null {
   return `the products' fused multiply-add is emulated here, as ${why}: the same numbers, but matrix products run ~20x slower (docs/NUMERICS.md)`;
 }
 
+/**
+ * Whether this engine compiles i32x4.relaxed_dot_i8x16_i7x16_add_s to one instruction: `sdot` on
+ * Arm64 (with the dot product extension, Armv8.4 and most Armv8.2 cores: Apple M1 on, Graviton 2
+ * on), `vpdpbusd` on x86 with AVX-VNNI where V8 uses it (its `--enable-avx-vnni` flag, V8 12 /
+ * Node 22 on; Node 20's V8 11.3 has neither). Elsewhere V8 emits it as five instructions, a ones
+ * vector built each time, and the 8-bit kernels take the i16x8 dot + widening form (three). A
+ * guess from the platform, and only the speed depends on it.
+ */
+export function intDotAddIsOne(): boolean {
+  if (process.arch === 'arm64') return true;
+  if (process.arch !== 'x64' || Number(process.versions.v8.split('.')[0]) < 12) return false;
+  try {
+    return /^flags\s*:.*\bavx_vnni\b/m.test(fs.readFileSync('/proc/cpuinfo', 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
 /** Compile (or fetch) the kernel module for these options. */
 export function kernelModule(opts: KernelOptions): CompiledKernels {
   const relaxed = opts.relaxed && relaxedSimdAvailable();
-  const key = JSON.stringify([relaxed, opts.kdaTile, opts.wsumTile]);
+  const intDotAdd = opts.intDotAdd ?? intDotAddIsOne();
+  const key = JSON.stringify([relaxed, opts.kdaTile, opts.wsumTile, intDotAdd]);
   let m = cache.get(key);
   if (!m) {
     if (!tieringSet) {
@@ -98,7 +120,7 @@ export function kernelModule(opts: KernelOptions): CompiledKernels {
         // ignore
       }
     }
-    const g = generate({ ...opts, relaxed, fusedMadd: relaxed && fusedMaddAvailable() });
+    const g = generate({ ...opts, relaxed, fusedMadd: relaxed && fusedMaddAvailable(), intDotAdd });
     m = { module: new WebAssembly.Module(g.bytes), consts: g.consts, relaxed };
     cache.set(key, m);
   }

@@ -42,13 +42,14 @@
 // V8 emits with a ones vector built each time, then two shuffle levels to separate the blocks, took
 // 49 a group of 8 vectors against 24). Plain SIMD: i16x8.extmul_{low,high} (|q_x (q_w + 64)| <=
 // 16129) and i32x4.extadd_pairwise_i16x8_s into two i32x4 (blocks 0, 0, 1, 1 and 2, 2, 3, 3), one
-// pairwise add at the end. Tail blocks in column order: the same per half block. Integer sums are
+// pairwise add at the end. Where the i32x4 relaxed dot-add is one instruction (loader.ts
+// intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it accumulates each vector instead. Tail blocks in column order: the same per half block. Integer sums are
 // exact, so their order is free: both variants give the same i32 and the same bytes. Measured
 // (AMD EPYC Zen 4, 1 thread, 2048x2048, T = 1, from L3, GMAC/s): 16.0-16.5 -> 18.3-19.6; k3-medium
 // --fast decode, one process taking turns (with q8.ts's faster mxfp4 dot): 1 thread 45.9-48.1 ->
 // 39.9-41.3 ms a token, 2 threads 27.6 -> 24.7; an 8-token prompt 290 -> 224-234 ms.
 
-import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDot16, dotI16, splat32 } from './q8.js';
+import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32 } from './q8.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
@@ -162,13 +163,13 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
  * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.) `minDist`: the
  * least distance of paired rows (kernels.ts MM1_MIN_DIST).
  */
-export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: number): Fn {
+export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: number, dotAdd: boolean): Fn {
   const params: Record<string, typeof I32> = { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 };
-  const one = q7Rows(fnx('mmq7r', params, null, false), K, relaxed, 1);
+  const one = q7Rows(fnx('mmq7r', params, null, false), K, relaxed, dotAdd, 1);
   // One token: rows in pairs far apart (j and j+qd), two streams from memory, as the exact
   // single-token path does (kernels.ts MM1_ROWS); each row's sums as alone. A function of its
   // own (V8 allocates registers per function).
-  const pairs = q7Rows(fnx('mmq7p', { ...params, qd: I32 }, null, false), K, relaxed, 2);
+  const pairs = q7Rows(fnx('mmq7p', { ...params, qd: I32 }, null, false), K, relaxed, dotAdd, 2);
   const f = fnx('mmq7', params, null, false);
   const P = (n: string): Code => get(f.p(n));
   const qd = f.local('qd', I32);
@@ -184,7 +185,7 @@ export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: nu
 
 /** The body of f: rows [r0, r1) one at a time, all T tokens (nr = 1); or (nr = 2, T = 1) rows j
  *  and j + qd side by side for j in [r0, r0 + qd). */
-function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
+function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 | 2): Fn {
   const P = (n: string): Code => get(f.p(n));
   const zero = K(f, splat32(0));
   const ones = K(f, new Uint8Array(new Int16Array(8).fill(1).buffer));
@@ -208,7 +209,9 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
   /** i32x4 of partial sums of q_x (q_w + 64) of a tail block (weights in wl, wh; column order) for
    *  the token at a. Relaxed: the pair sums of each half (<= 32258) widened apart, as they would
    *  overflow i16 added. */
-  const dot = (a: number): Code => relaxed
+  const dot = (a: number): Code => relaxed && dotAdd
+    ? relaxedDotAdd(v128.load(get(a), 16), get(wh), relaxedDotAdd(v128.load(get(a)), get(wl), get(zero)))
+    : relaxed
     ? i32x4.add(dotI16(relaxedDot16(v128.load(get(a)), get(wl)), get(ones)), dotI16(relaxedDot16(v128.load(get(a), 16), get(wh)), get(ones)))
     : i32x4.add(
       extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a))), extmulHi(get(wl), v128.load(get(a))))),
@@ -216,7 +219,9 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, nr: 1 | 2): Fn {
   /** Word vector v of a group (one word of each of its 4 blocks, groupWordsPos) dotted with the
    *  token's vector at a + 16 v, added into its sums: relaxed, lane i of ak is block i's (the pair
    *  sums widened by a dot with ones); plain, ak holds blocks (0, 0, 1, 1) and ah (2, 2, 3, 3). */
-  const dotWords = (k: number, a: number, v: number): Code[] => relaxed
+  const dotWords = (k: number, a: number, v: number): Code[] => relaxed && dotAdd
+    ? [set(ak[k]!, relaxedDotAdd(v128.load(get(a), 16 * v), get(wl), get(ak[k]!)))]
+    : relaxed
     ? [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(v128.load(get(a), 16 * v), get(wl)), get(ones))))]
     : [
       set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(get(wl), v128.load(get(a), 16 * v))))),

@@ -33,8 +33,10 @@
 // and of the high nibbles, added as i16, then i32x4.dot_i16x8_s with ones: the second operand
 // never has the top bit set, |pair sums| <= 2 * 127 * 24 and the two added <= 12192 never saturate
 // i16, so every platform gives the exact integer (four instructions a block on x86 where the
-// i32x4 relaxed dot-add, which V8 emits with a ones vector built each time, took ten: mxfp4 q8 at
-// T = 1 13.7 -> 16.5 GMAC/s, AMD EPYC Zen 4, 1 thread). Plain SIMD: i16x8.extmul_{low,high}_i8x16_s
+// i32x4 relaxed dot-add, which V8 11 emits with a ones vector built each time, took ten: mxfp4 q8
+// at T = 1 13.7 -> 16.5 GMAC/s, AMD EPYC Zen 4, 1 thread). Where that dot-add is one instruction
+// (loader.ts intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it is used instead, twice a
+// block: the same integers. Plain SIMD: i16x8.extmul_{low,high}_i8x16_s
 // (|q (n+12)| <= 3048, four added per i16 lane <= 12192, no overflow), then
 // i32x4.extadd_pairwise_i16x8_s. Four blocks are reduced to one i32x4 (B_b .. B_{b+3}) by two
 // shuffle+add levels. Integer sums are exact, so their order is free and both variants give the
@@ -171,6 +173,8 @@ export const extmulLo = vbin(0x9c); // i16x8.extmul_low_i8x16_s
 export const extmulHi = vbin(0x9d); // i16x8.extmul_high_i8x16_s
 export const i16add = vbin(0x8e); // i16x8.add
 export const extaddPairS = (a: Code): Code => [a, simd(0x7e)]; // i32x4.extadd_pairwise_i16x8_s
+/** i32x4.relaxed_dot_i8x16_i7x16_add_s(a signed, b 7-bit, c). */
+export const relaxedDotAdd = (a: Code, b: Code, c: Code): Code => [a, b, c, simd(0x113)];
 /** i16x8.relaxed_dot_i8x16_i7x16_s(a signed, b 7-bit): pair sums, exact while they fit i16. */
 export const relaxedDot16 = vbin(0x112);
 /** i32x4.dot_i16x8_s: pair products summed (with a splat of ones: pair sums widened). */
@@ -183,7 +187,7 @@ export const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array(
  * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
  * quantizeQ8's output for T tokens. (sdt and scratch unused.)
  */
-export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
+export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boolean): Fn {
   const f = fnx('mmq8_mxfp4', { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 }, null, false);
   const P = (n: string): Code => get(f.p(n));
   const swz = relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
@@ -207,7 +211,9 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean): Fn {
     set(hi, swz(get(tbl), i8x16.shr_u(get(wv), i32.const(4)))),
   ];
   /** i32x4 of partial sums of q (n + 12) of the decoded block against token activations at a + 32 j. */
-  const dot = (a: number, j: number): Code => relaxed
+  const dot = (a: number, j: number): Code => relaxed && dotAdd
+    ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(hi), relaxedDotAdd(v128.load(get(a), 32 * j), get(lo), get(zero)))
+    : relaxed
     ? dotI16(i16add(relaxedDot16(v128.load(get(a), 32 * j), get(lo)), relaxedDot16(v128.load(get(a), 32 * j + 16), get(hi))), get(ones))
     : extaddPairS(i16add(
       i16add(extmulLo(get(lo), v128.load(get(a), 32 * j)), extmulHi(get(lo), v128.load(get(a), 32 * j))),
