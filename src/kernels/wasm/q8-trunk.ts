@@ -43,13 +43,14 @@
 // 49 a group of 8 vectors against 24). Plain SIMD: i16x8.extmul_{low,high} (|q_x (q_w + 64)| <=
 // 16129) and i32x4.extadd_pairwise_i16x8_s into two i32x4 (blocks 0, 0, 1, 1 and 2, 2, 3, 3), one
 // pairwise add at the end. Where the i32x4 relaxed dot-add is one instruction (loader.ts
-// intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it accumulates each vector instead. Tail blocks in column order: the same per half block. Integer sums are
-// exact, so their order is free: both variants give the same i32 and the same bytes. Measured
+// intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it accumulates each vector instead.
+// Tail blocks in column order: the same per half block. Integer sums are exact, so their order is
+// free: every variant gives the same i32 and the same bytes. Measured
 // (AMD EPYC Zen 4, 1 thread, 2048x2048, T = 1, from L3, GMAC/s): 16.0-16.5 -> 18.3-19.6; k3-medium
 // --fast decode, one process taking turns (with q8.ts's faster mxfp4 dot): 1 thread 45.9-48.1 ->
 // 39.9-41.3 ms a token, 2 threads 27.6 -> 24.7; an 8-token prompt 290 -> 224-234 ms.
 
-import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32 } from './q8.js';
+import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
@@ -188,7 +189,7 @@ export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: nu
 function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 | 2): Fn {
   const P = (n: string): Code => get(f.p(n));
   const zero = K(f, splat32(0));
-  const ones = K(f, new Uint8Array(new Int16Array(8).fill(1).buffer));
+  const ones = relaxed && !dotAdd ? K(f, ONES16) : -1;
   const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
   const t = L('t'), nb = L('nb'), G = L('G');
   const g = L('g'), dbase = L('dbase'), cbase = L('cbase');

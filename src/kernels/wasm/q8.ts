@@ -182,6 +182,8 @@ export const dotI16 = vbin(0xba);
 const i32mul = (a: Code, b: Code): Code => i32.mul(a, b);
 const bytes16 = (a: ArrayLike<number>): Uint8Array => Uint8Array.from(Array.from(a), (v) => v & 0xff);
 export const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array([n, n, n, n]).buffer);
+/** i16x8 ones: the second operand of i32x4.dot_i16x8_s that widens pair sums. */
+export const ONES16 = new Uint8Array(new Int16Array(8).fill(1).buffer);
 
 /**
  * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
@@ -193,7 +195,7 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boo
   const swz = relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
   const tbl = K(f, bytes16(Array.from(N2_TABLE, (v) => v + N2_OFF))), m0f = K(f, bytes16(new Array(16).fill(15)));
   const zero = K(f, splat32(0)), k255 = K(f, splat32(255)), sub = K(f, splat32(0x400000));
-  const ones = K(f, new Uint8Array(new Int16Array(8).fill(1).buffer));
+  const ones = relaxed && !dotAdd ? K(f, ONES16) : -1;
   const L = (n: string, t: typeof I32 | typeof V128 = I32): number => f.local(n, t);
   const r = L('r'), t = L('t'), nb = L('nb'), G = L('G'), wrow = L('wrow'), srow = L('srow');
   const p = L('p'), e = L('e'), g = L('g'), dbase = L('dbase'), cbase = L('cbase');
