@@ -85,22 +85,29 @@ export function maddHint(): string | null {
   return `the products' fused multiply-add is emulated here, as ${why}: the same numbers, but matrix products run ~20x slower (docs/NUMERICS.md)`;
 }
 
+let intDotAddState: boolean | undefined;
+
 /**
  * Whether this engine compiles i32x4.relaxed_dot_i8x16_i7x16_add_s to one instruction: `sdot` on
  * Arm64 (with the dot product extension, Armv8.4 and most Armv8.2 cores: Apple M1 on, Graviton 2
  * on), `vpdpbusd` on x86 with AVX-VNNI where V8 uses it (its `--enable-avx-vnni` flag, V8 12 /
  * Node 22 on; Node 20's V8 11.3 has neither). Elsewhere V8 emits it as five instructions, a ones
  * vector built each time, and the 8-bit kernels take the i16x8 dot + widening form (three). A
- * guess from the platform, and only the speed depends on it.
+ * guess from the platform, made once per process (kernelModule asks at every Kernels), and only
+ * the speed depends on it.
  */
 export function intDotAddIsOne(): boolean {
-  if (process.arch === 'arm64') return true;
-  if (process.arch !== 'x64' || Number(process.versions.v8.split('.')[0]) < 12) return false;
-  try {
-    return /^flags\s*:.*\bavx_vnni\b/m.test(fs.readFileSync('/proc/cpuinfo', 'utf8'));
-  } catch {
-    return false;
+  if (intDotAddState !== undefined) return intDotAddState;
+  intDotAddState = false;
+  if (process.arch === 'arm64') intDotAddState = true;
+  else if (process.arch === 'x64' && Number(process.versions.v8.split('.')[0]) >= 12) {
+    try {
+      intDotAddState = /^flags\s*:.*\bavx_vnni\b/m.test(fs.readFileSync('/proc/cpuinfo', 'utf8'));
+    } catch {
+      // no /proc/cpuinfo: the widening form
+    }
   }
+  return intDotAddState;
 }
 
 /** Compile (or fetch) the kernel module for these options. */
