@@ -792,7 +792,7 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
       set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(NRg))),
       if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
         chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
-          : call(reg(group), ...args(P('r0')), get(qd)),
+        : call(reg(group), ...args(P('r0')), get(qd)),
         call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
       ], [call(reg(one), ...args(P('r0')))]),
     ];
