@@ -89,8 +89,10 @@ function sameBytes(a: Float32Array, b: Float32Array, what: string): void {
 // 17, 33 and 70 rows: the single-token path walks stored rows in pairs far apart (rows j and
 // j+q, q = rows/2 when at least MM1_MIN_DIST), then the rest one by one
 const SHAPES: Record<WeightFormat, [number, number][]> = {
-  f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7], [70, 64]],
-  bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64]],
+  // [20, 600]: T = 1 takes pairs of rows far apart (MM1_ROWS, MM1_MIN_DIST), their lane-group passes
+  // in chunks of MM1_CHUNK_COLS columns (two whole ones and a part) and a tail of 8 columns
+  f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7], [70, 64], [20, 600]],
+  bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64], [20, 600]],
   f16: [[1, 16], [3, 100], [17, 96], [33, 48], [70, 64]],
   fp8: [[3, 130], [17, 16], [33, 100], [130, 260]],
   int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40], [70, 64]],
