@@ -9,6 +9,7 @@ import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate, FMTS } from '../src/kernels/wasm/kernels.js';
 import { writeMatmulOp } from '../src/kernels/pool.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
+import * as fp8Table from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
 import { Chain } from '../src/kernels/chain.js';
@@ -182,6 +183,30 @@ test('mxfp4 edge scales (subnormal results, 255 = zero) and bf16 subnormals', ()
         const y = new Float32Array(T * rows);
         k.matmul(ww, x, T, y);
         sameBytes(y, want, `edge ${ww.name} T=${T}`);
+      }
+    }
+  }
+});
+
+test('fp8: every e4m3 code (subnormals, 448, NaN) decodes to its exact value times the scale', () => {
+  // row r holds code r in column c and zeros elsewhere; x is one-hot at c, so y[r] = value(r) * scale
+  // (scale 0.75 for rows 0-127, 3e-3 for 128-255: one f32 rounding)
+  const rows = 256, cols = 48;
+  const { FP8_TABLE } = fp8Table;
+  for (const c of [0, 21, 40]) {
+    const data = new Uint8Array(rows * cols);
+    for (let r = 0; r < rows; r++) data[r * cols + c] = r;
+    const scale = new Uint8Array(new Float32Array([0.75, 3e-3, 1.5, 2 ** -20]).buffer);
+    const w: WeightView = { name: `fp8 codes c=${c}`, format: 'fp8', rows, cols, data, scale, scaleDtype: 'F32' };
+    const x = new Float32Array(cols);
+    x[c] = 1;
+    for (const k of [k1, k2, k2s]) {
+      const y = new Float32Array(rows);
+      k.matmul(w, x, 1, y);
+      for (let r = 0; r < rows; r++) {
+        const want = Math.fround(FP8_TABLE[r]! * Math.fround(r < 128 ? 0.75 : 3e-3)) + 0; // the dot starts from +0: -0 gives +0
+        if (Number.isNaN(want)) assert.ok(Number.isNaN(y[r]), `code ${r}: NaN, got ${y[r]}`);
+        else assert.equal(f32Bits(y[r]!), f32Bits(want), `code 0x${r.toString(16)} c=${c} threads=${k.threads} relaxed=${k.relaxed}`);
       }
     }
   }

@@ -167,6 +167,7 @@ export const i8x16 = {
   /** Relaxed swizzle: same as swizzle whenever every index is in 0..15. */
   relaxed_swizzle: vbin(0x100),
   splat: vun(0x0f),
+  eq: vbin(0x23),
   shr_u: vshift(0x6d),
   /** Signed saturating narrow: lanes 0-7 from a, 8-15 from b. */
   narrow_i16x8_s: vbin(0x65),
