@@ -96,9 +96,9 @@ const SHAPES: Record<WeightFormat, [number, number][]> = {
   bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64], [20, 600]],
   f16: [[1, 16], [3, 100], [17, 96], [33, 48], [70, 64]],
   fp8: [[3, 130], [17, 16], [33, 100], [130, 260]],
-  int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40], [70, 64]],
-  // [7, 352]: T = 1 takes two rows of three (addMm1MxChunked) and one alone; 11 column groups are two
-  // chunks and three single groups
+  int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40], [70, 64], [7, 352]],
+  // [7, 352] (mxfp4, int4): T = 1 takes two rows of three (addMm1Chunked) and one alone; 11 column
+  // groups are two chunks and three single groups
   mxfp4: [[1, 32], [3, 64], [17, 96], [33, 128], [70, 64], [7, 352]],
 };
 const FORMATS = Object.keys(SHAPES) as WeightFormat[];

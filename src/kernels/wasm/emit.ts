@@ -168,6 +168,7 @@ export const i8x16 = {
   relaxed_swizzle: vbin(0x100),
   splat: vun(0x0f),
   eq: vbin(0x23),
+  sub: vbin(0x71),
   shr_u: vshift(0x6d),
   /** Signed saturating narrow: lanes 0-7 from a, 8-15 from b. */
   narrow_i16x8_s: vbin(0x65),
@@ -177,6 +178,8 @@ export const i16x8 = {
   splat: vun(0x10),
   /** Signed saturating narrow: lanes 0-3 from a, 4-7 from b. */
   narrow_i32x4_s: vbin(0x85),
+  extend_low_i8x16_s: vun(0x87),
+  extend_high_i8x16_s: vun(0x88),
   extend_low_i8x16_u: vun(0x89),
   extend_high_i8x16_u: vun(0x8a),
   shl: vshift(0x8b), shr_u: vshift(0x8d),
@@ -186,6 +189,8 @@ export const i32x4 = {
   splat: vun(0x11),
   extract_lane: (a: Code, l: number): Code => [a, simd(0x1b), l],
   eq: vbin(0x37), lt_s: vbin(0x39), gt_s: vbin(0x3b),
+  extend_low_i16x8_s: vun(0xa7),
+  extend_high_i16x8_s: vun(0xa8),
   extend_low_i16x8_u: vun(0xa9),
   extend_high_i16x8_u: vun(0xaa),
   shl: vshift(0xab), shr_s: vshift(0xac), shr_u: vshift(0xad),

@@ -108,7 +108,7 @@ export const MM1_CHUNK_COLS = 256;
  *    5.1-7.6; 6 rows four passes 5.1-7.4. k3-medium decode, experts' kernel time per token: 1 thread
  *    29.5-38 -> 20.8-23 ms, 2 threads 18.5-21 -> 11.7-13.8. */
 export const MM1_DEC_ROWS = 3;
-/** 32-column groups per chunk of the single-token mxfp4 product (addMm1MxChunked), which decodes
+/** 32-column groups per chunk of the single-token mxfp4 / int4 product (addMm1Chunked), which decodes
  *  and dots chunk by chunk instead of decoding whole rows first. Measured in one process taking
  *  turns (AMD EPYC Zen 5, 1 thread, T = 1, GMAC/s, medians of 15): mxfp4 768x1024 from DRAM (64
  *  matrices) whole rows 7.1, chunks of 4 groups 8.6, of 6 8.5, of 8 8.8; from L2 9.9 / 10.7 / 10.9
@@ -680,62 +680,97 @@ function srcBF16(gen: Gen, base: number, stride: number): RowSource {
 }
 
 /**
- * Exact single-token mxfp4 product, decode and dot interleaved: MM1_DEC_ROWS rows (j + i*qd) at
- * a time, walked in chunks of MX_CHUNK_GROUPS 32-column groups; per chunk each row's groups are
- * decoded to bf16 (dec_mx2bf's lookups, inline) into a small scratch, then dotted in the two
- * lane-group passes of the whole-row path. Each accumulator sees the same multiply-adds in the same
+ * Exact single-token mxfp4 or int4 product, decode and dot interleaved: MM1_DEC_ROWS rows (j +
+ * i*qd) at a time, walked in chunks of MX_CHUNK_GROUPS 32-column groups; per chunk each row's
+ * groups are decoded into a small scratch (mxfp4 to bf16 with dec_mx2bf's lookups, int4 to f32 in
+ * perm bf as dec_int4 writes, F32 or BF16 scales), then dotted in the two lane-group passes of the
+ * whole-row path. Each accumulator sees the same multiply-adds in the same
  * order as the whole-row path (the chunks only cut the columns where a pass resumes), so the bytes
  * are the same. Why: the decode is bound by byte shuffles and the dot by the multiply-add chains;
  * a chunk's decode and the previous chunk's dot are independent, so the CPU runs them side by side
  * (a whole row's decode is more instructions than the reorder window holds).
  */
-function addMm1MxChunked(gen: Gen): Fn {
+function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4'): Fn {
   const NR = MM1_DEC_ROWS;
   const CG = MX_CHUNK_GROUPS;
-  const f = gen.fnx('mm1c_mxfp4', { ...MM_PARAMS, qd: I32 }, null, false);
+  const mx = fmt === 'mxfp4';
+  const f = gen.fnx(`mm1c_${fmt}`, { ...MM_PARAMS, qd: I32 }, null, false);
   const P = (n: string) => get(f.p(n));
   const j = f.local('j', I32), jend = f.local('jend', I32), g = f.local('g', I32), ng = f.local('ng', I32);
   const half = f.local('half', I32), q = f.local('q', I32), xq = f.local('xq', I32), acc = f.local('acc', F32);
+  const sh = f.local('sh', I32); // int4: log2 of a scale's bytes (F32 4, BF16 2)
   const pw = Array.from({ length: NR }, (_, i) => f.local(`pw${i}`, I32));
   const ps = Array.from({ length: NR }, (_, i) => f.local(`ps${i}`, I32));
   const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`a${i}_${k}`, V128)));
   const X = [0, 1, 2, 3].map((k) => f.local(`x${k}`, V128));
-  const CB = CG * 64; // decoded bytes of a row's chunk (bf16)
+  const colB = mx ? 2 : 4; // decoded bytes a column: bf16 (mxfp4), f32 (int4, perm bf)
+  const CB = CG * 32 * colB; // decoded bytes of a row's chunk
   const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
-  /** Group k of row i (16 nibble bytes at pw_i + 16k, scale byte ps_i + k) -> bf16 at scratch + i*CB + 64k. */
-  const decode = (i: number, k: number): Code[] => mxGroup(gen, f, get(pw[i]!), get(ps[i]!), k,
-    (lb, hb, h) => storeBf16x16(lb, hb, (hh) => [P('scratch'), i * CB + 64 * k + 32 * h + 16 * hh]));
+  const out = (i: number, k: number, off: number): [Code, number] => [P('scratch'), i * CB + 32 * colB * k + off];
+  /** int4 group k of row i: 16 bytes of nibbles at pw_i + 16k (byte b: columns 2b, 2b+1), scale
+   *  ps_i + (k << sh); (n - 8) * scale to f32 in perm bf, as dec_int4 (n - 8 in bytes, exact). */
+  const int4Group = (i: number, k: number): Code[] => {
+    const V = (n: string): number => f.local(`i4_${n}`, V128);
+    const B = V('B'), lo = V('lo'), hi = V('hi'), h = V('h'), sc = V('sc');
+    const a = i32.add(get(ps[i]!), i32.shl(i32.const(k), get(sh)));
+    const eight = gen.Kg(f, new Uint8Array(16).fill(8)), nib = gen.Kg(f, NIB_BYTES);
+    const val = (v: Code): Code => f32x4.mul(f32x4.convert_i32x4_s(v), get(sc));
+    // columns 16b .. 16b+15 of the group: lo bytes 8b .. 8b+7 (even columns), hi bytes (odd)
+    const block16 = (b: number): Code[] => [lo, hi].flatMap((src, par) => {
+      const [at, off] = out(i, k, 64 * b + 16 * par);
+      return [
+        set(h, (b === 0 ? i16x8.extend_low_i8x16_s : i16x8.extend_high_i8x16_s)(get(src))),
+        v128.store(at, val(i32x4.extend_low_i16x8_s(get(h))), off),
+        v128.store(at, val(i32x4.extend_high_i16x8_s(get(h))), off + 32),
+      ];
+    });
+    return [
+      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      set(B, v128.load(get(pw[i]!), 16 * k)),
+      set(lo, i8x16.sub(v128.and(get(B), nib), eight)),
+      set(hi, i8x16.sub(v128.and(i16x8.shr_u(get(B), i32.const(4)), nib), eight)),
+      ...block16(0), ...block16(1),
+    ];
+  };
+  const decode = (i: number, k: number): Code[] => (mx
+    ? mxGroup(gen, f, get(pw[i]!), get(ps[i]!), k, (lb, hb, h) => storeBf16x16(lb, hb, (hh) => out(i, k, 32 * h + 16 * hh)))
+    : int4Group(i, k));
   const hi16 = gen.K(f, HI16_BYTES);
   /** The chunk's dot, n groups: a loop over lane groups ks, 16 columns a step (scratch offset q,
-   *  x at xq + 4q: a loop, so that V8 does not hoist a whole chunk's loads and spill them). */
+   *  x at xq + q * 4 / colB: a loop, so that V8 does not hoist a whole chunk's loads and spill them). */
   const qend = f.local('qend', I32), wv = f.local('wv', V128);
+  const xAt = (): Code => addp(get(xq), mx ? i32.shl(get(q), i32.const(1)) : get(q));
   const pass = (n: number, ks: readonly number[]): Code[] => [
-    set(q, i32.const(0)), set(qend, i32.const(64 * n)),
+    set(q, i32.const(0)), set(qend, i32.const(32 * colB * n)),
     block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-      ...ks.map((k) => set(X[k]!, v128.load(addp(get(xq), i32.shl(get(q), i32.const(1))), 16 * k))),
-      ...Array.from({ length: NR }, (_, i) => [
-        set(wv, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * (ks[0]! >> 1))),
-        ...ks.map((k) => mac(gen.madd, A[i]![k]!, (k & 1) === 0 ? i32x4.shl(get(wv), i32.const(16)) : v128.and(get(wv), get(hi16)), get(X[k]!))),
-      ]).flat(),
-      set(q, i32.add(get(q), i32.const(32))), br(0))),
+      ...ks.map((k) => set(X[k]!, v128.load(xAt(), 16 * k))),
+      ...Array.from({ length: NR }, (_, i) => mx
+        ? [
+          set(wv, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * (ks[0]! >> 1))),
+          ...ks.map((k) => mac(gen.madd, A[i]![k]!, (k & 1) === 0 ? i32x4.shl(get(wv), i32.const(16)) : v128.and(get(wv), get(hi16)), get(X[k]!))),
+        ]
+        : ks.map((k) => mac(gen.madd, A[i]![k]!, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * k), get(X[k]!)))).flat(),
+      set(q, i32.add(get(q), i32.const(16 * colB))), br(0))),
   ];
   const chunk = (n: number): Code[] => [
     ...Array.from({ length: NR }, (_, i) => Array.from({ length: n }, (_, k) => decode(i, k)).flat()).flat(),
     ...pass(n, [0, 1]), ...pass(n, [2, 3]),
     ...pw.map((p) => set(p, i32.add(get(p), i32.const(16 * n)))),
-    ...ps.map((p) => set(p, i32.add(get(p), i32.const(n)))),
+    ...ps.map((p) => set(p, i32.add(get(p), mx ? i32.const(n) : i32.shl(i32.const(n), get(sh))))),
     set(xq, i32.add(get(xq), i32.const(128 * n))),
     set(g, i32.add(get(g), i32.const(n))),
   ];
   f.body = [
     set(half, i32.shr_u(P('cols'), i32.const(1))),
     set(ng, i32.shr_u(P('cols'), i32.const(5))),
+    // int4 scales: F32 (sdt 0) 4 bytes, BF16 (1) 2; F16 (2) does not come here
+    set(sh, i32.sub(i32.const(2), P('sdt'))),
     set(jend, i32.add(P('r0'), P('qd'))),
     set(j, P('r0')),
     forLt(j, jend, 1,
       ...Array.from({ length: NR }, (_, i) => [
         set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), get(half)))),
-        set(ps[i]!, addp(P('s'), i32.mul(rowOf(i), get(ng)))),
+        set(ps[i]!, addp(P('s'), mx ? i32.mul(rowOf(i), get(ng)) : i32.shl(i32.mul(rowOf(i), get(ng)), get(sh)))),
       ]).flat(),
       ...A.flat().map((a) => set(a, ZERO)),
       set(xq, P('x')), set(g, i32.const(0)),
@@ -793,6 +828,24 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
     };
     const grouped = inPlace || kind === 'dec_bf16';
     const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
+    if (fmt === 'int4') {
+      // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
+      // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
+      const c4 = addMm1Chunked(gen, 'int4');
+      const f = gen.fnx('mm1_int4', MM_PARAMS, null, false);
+      mm1[fmt] = f;
+      const P = (n: string) => get(f.p(n));
+      const qd = f.local('qd', I32);
+      const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+      f.body = [
+        set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_DEC_ROWS))),
+        set(qd, select(get(qd), i32.const(0), i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.lt_u(P('sdt'), i32.const(2))),
+          i32.eqz(i32.and(P('cols'), i32.const(31)))))),
+        block(br_if(0, i32.eqz(get(qd))), call(reg(c4), ...args(P('r0')), get(qd))),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(MM1_DEC_ROWS))))),
+      ];
+      continue;
+    }
     if (!grouped) {
       mm1[fmt] = one;
       continue;
@@ -806,7 +859,7 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
     // at a time (int4 with three rows measured 5.0 -> 5.5 GMAC/s, not worth a third path).
     const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
     // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
-    const chunked = kind === 'dec_bf16' ? addMm1MxChunked(gen) : null;
+    const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
     const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
     mm1[fmt] = f;
     const P = (n: string) => get(f.p(n));
