@@ -95,7 +95,9 @@ const SHAPES: Record<WeightFormat, [number, number][]> = {
   f32: [[1, 16], [3, 100], [17, 48], [33, 96], [5, 7], [70, 64], [20, 600]],
   bf16: [[1, 16], [3, 32], [17, 48], [33, 100], [4, 5], [70, 64], [20, 600]],
   f16: [[1, 16], [3, 100], [17, 96], [33, 48], [70, 64]],
-  fp8: [[3, 130], [17, 16], [33, 100], [130, 260]],
+  // [7, 352], [130, 384]: T = 1 takes rows three at a time, decoded and dotted chunk by chunk
+  // (addMm1Chunked), across 128-row and 128-column scale blocks
+  fp8: [[3, 130], [17, 16], [33, 100], [130, 260], [7, 352], [130, 384]],
   int4: [[1, 32], [3, 64], [17, 96], [33, 128], [5, 40], [70, 64], [7, 352]],
   // [7, 352] (mxfp4, int4): T = 1 takes two rows of three (addMm1Chunked) and one alone; 11 column
   // groups are two chunks and three single groups
@@ -190,13 +192,15 @@ test('mxfp4 edge scales (subnormal results, 255 = zero) and bf16 subnormals', ()
 
 test('fp8: every e4m3 code (subnormals, 448, NaN) decodes to its exact value times the scale', () => {
   // row r holds code r in column c and zeros elsewhere; x is one-hot at c, so y[r] = value(r) * scale
-  // (scale 0.75 for rows 0-127, 3e-3 for 128-255: one f32 rounding)
-  const rows = 256, cols = 48;
+  // (the scale of its 128x128 block: one f32 rounding); 160 columns take the single-token path's
+  // chunked kernel, 48 its row-by-row one
   const { FP8_TABLE } = fp8Table;
-  for (const c of [0, 21, 40]) {
+  for (const [cols, c] of [[48, 0], [48, 21], [48, 40], [160, 0], [160, 37], [160, 150]] as const) {
+    const rows = 256;
     const data = new Uint8Array(rows * cols);
     for (let r = 0; r < rows; r++) data[r * cols + c] = r;
-    const scale = new Uint8Array(new Float32Array([0.75, 3e-3, 1.5, 2 ** -20]).buffer);
+    const scales = new Float32Array([0.75, 3e-3, 1.5, 2 ** -20]); // [ceil(rows/128), ceil(cols/128)]
+    const scale = new Uint8Array(scales.buffer);
     const w: WeightView = { name: `fp8 codes c=${c}`, format: 'fp8', rows, cols, data, scale, scaleDtype: 'F32' };
     const x = new Float32Array(cols);
     x[c] = 1;
@@ -204,9 +208,10 @@ test('fp8: every e4m3 code (subnormals, 448, NaN) decodes to its exact value tim
       const y = new Float32Array(rows);
       k.matmul(w, x, 1, y);
       for (let r = 0; r < rows; r++) {
-        const want = Math.fround(FP8_TABLE[r]! * Math.fround(r < 128 ? 0.75 : 3e-3)) + 0; // the dot starts from +0: -0 gives +0
+        const sc = scales[(r >> 7) * Math.ceil(cols / 128) + (c >> 7)]!;
+        const want = Math.fround(FP8_TABLE[r]! * sc) + 0; // the dot starts from +0: -0 gives +0
         if (Number.isNaN(want)) assert.ok(Number.isNaN(y[r]), `code ${r}: NaN, got ${y[r]}`);
-        else assert.equal(f32Bits(y[r]!), f32Bits(want), `code 0x${r.toString(16)} c=${c} threads=${k.threads} relaxed=${k.relaxed}`);
+        else assert.equal(f32Bits(y[r]!), f32Bits(want), `code 0x${r.toString(16)} cols=${cols} c=${c} threads=${k.threads} relaxed=${k.relaxed}`);
       }
     }
   }

@@ -680,17 +680,17 @@ function srcBF16(gen: Gen, base: number, stride: number): RowSource {
 }
 
 /**
- * Exact single-token mxfp4 or int4 product, decode and dot interleaved: MM1_DEC_ROWS rows (j +
+ * Exact single-token mxfp4, int4 or fp8 product, decode and dot interleaved: MM1_DEC_ROWS rows (j +
  * i*qd) at a time, walked in chunks of MX_CHUNK_GROUPS 32-column groups; per chunk each row's
- * groups are decoded into a small scratch (mxfp4 to bf16 with dec_mx2bf's lookups, int4 to f32 in
- * perm bf as dec_int4 writes, F32 or BF16 scales), then dotted in the two lane-group passes of the
- * whole-row path. Each accumulator sees the same multiply-adds in the same
+ * groups are decoded into a small scratch (mxfp4 to bf16 with dec_mx2bf's lookups; int4 to f32 in
+ * perm bf as dec_int4 writes, fp8 to f32 as dec_fp8, F32 or BF16 scales), then dotted in the two
+ * lane-group passes of the whole-row path. Each accumulator sees the same multiply-adds in the same
  * order as the whole-row path (the chunks only cut the columns where a pass resumes), so the bytes
  * are the same. Why: the decode is bound by byte shuffles and the dot by the multiply-add chains;
  * a chunk's decode and the previous chunk's dot are independent, so the CPU runs them side by side
  * (a whole row's decode is more instructions than the reorder window holds).
  */
-function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4'): Fn {
+function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
   const NR = MM1_DEC_ROWS;
   const CG = MX_CHUNK_GROUPS;
   const mx = fmt === 'mxfp4';
@@ -703,7 +703,10 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4'): Fn {
   const ps = Array.from({ length: NR }, (_, i) => f.local(`ps${i}`, I32));
   const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`a${i}_${k}`, V128)));
   const X = [0, 1, 2, 3].map((k) => f.local(`x${k}`, V128));
-  const colB = mx ? 2 : 4; // decoded bytes a column: bf16 (mxfp4), f32 (int4, perm bf)
+  const fp8 = fmt === 'fp8';
+  const srow = Array.from({ length: NR }, (_, i) => f.local(`srow${i}`, I32)); // fp8: the rows' scale rows
+  const colB = mx ? 2 : 4; // decoded bytes a column: bf16 (mxfp4), f32 (int4 in perm bf, fp8 in id)
+  const gB = fp8 ? 32 : 16; // stored bytes of a 32-column group
   const CB = CG * 32 * colB; // decoded bytes of a row's chunk
   const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
   const out = (i: number, k: number, off: number): [Code, number] => [P('scratch'), i * CB + 32 * colB * k + off];
@@ -732,7 +735,28 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4'): Fn {
       ...block16(0), ...block16(1),
     ];
   };
-  const decode = (i: number, k: number): Code[] => (mx
+  /** fp8 group k of row i: 32 bytes at pw_i + 32k, the scale of its 128x128 block (columns g + k
+   *  >> 2 of the row's scale row); exact bf16 values (fp8ToBf16), widened, times the scale, as dec_fp8. */
+  const fp8Group = (i: number, k: number): Code[] => {
+    const V = (n: string): number => f.local(`f8_${n}`, V128);
+    const v = V('v'), lo = V('lo'), hi = V('hi'), sc = V('sc');
+    const a = i32.add(P('s'), i32.shl(i32.add(get(srow[i]!), i32.shr_u(i32.add(get(g), i32.const(k)), i32.const(2))), get(sh)));
+    return [
+      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      ...[0, 1].flatMap((h) => [
+        set(v, v128.load(get(pw[i]!), 32 * k + 16 * h)),
+        ...fp8ToBf16(gen, f, v, lo, hi),
+        ...[lo, hi].flatMap((b, bi) => {
+          const [at, off] = out(i, k, 64 * h + 32 * bi);
+          return [
+            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_low_i16x8_u(get(b)), i32.const(16)), get(sc)), off),
+            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_high_i16x8_u(get(b)), i32.const(16)), get(sc)), off + 16),
+          ];
+        }),
+      ]),
+    ];
+  };
+  const decode = (i: number, k: number): Code[] => fp8 ? fp8Group(i, k) : (mx
     ? mxGroup(gen, f, get(pw[i]!), get(ps[i]!), k, (lb, hb, h) => storeBf16x16(lb, hb, (hh) => out(i, k, 32 * h + 16 * hh)))
     : int4Group(i, k));
   const hi16 = gen.K(f, HI16_BYTES);
@@ -755,29 +779,35 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4'): Fn {
   const chunk = (n: number): Code[] => [
     ...Array.from({ length: NR }, (_, i) => Array.from({ length: n }, (_, k) => decode(i, k)).flat()).flat(),
     ...pass(n, [0, 1]), ...pass(n, [2, 3]),
-    ...pw.map((p) => set(p, i32.add(get(p), i32.const(16 * n)))),
-    ...ps.map((p) => set(p, i32.add(get(p), mx ? i32.const(n) : i32.shl(i32.const(n), get(sh))))),
+    ...pw.map((p) => set(p, i32.add(get(p), i32.const(gB * n)))),
+    ...(fp8 ? [] : ps.map((p) => set(p, i32.add(get(p), mx ? i32.const(n) : i32.shl(i32.const(n), get(sh)))))),
     set(xq, i32.add(get(xq), i32.const(128 * n))),
     set(g, i32.add(get(g), i32.const(n))),
   ];
   f.body = [
     set(half, i32.shr_u(P('cols'), i32.const(1))),
     set(ng, i32.shr_u(P('cols'), i32.const(5))),
-    // int4 scales: F32 (sdt 0) 4 bytes, BF16 (1) 2; F16 (2) does not come here
+    // int4 / fp8 scales: F32 (sdt 0) 4 bytes, BF16 (1) 2; F16 (2) does not come here
     set(sh, i32.sub(i32.const(2), P('sdt'))),
     set(jend, i32.add(P('r0'), P('qd'))),
     set(j, P('r0')),
     forLt(j, jend, 1,
-      ...Array.from({ length: NR }, (_, i) => [
-        set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), get(half)))),
-        set(ps[i]!, addp(P('s'), mx ? i32.mul(rowOf(i), get(ng)) : i32.shl(i32.mul(rowOf(i), get(ng)), get(sh)))),
-      ]).flat(),
+      ...Array.from({ length: NR }, (_, i) => fp8
+        ? [
+          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), P('cols')))),
+          // floor(r/128) * ceil(cols/128)
+          set(srow[i]!, i32.mul(i32.shr_u(rowOf(i), i32.const(7)), i32.shr_u(i32.add(P('cols'), i32.const(127)), i32.const(7)))),
+        ]
+        : [
+          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), get(half)))),
+          set(ps[i]!, addp(P('s'), mx ? i32.mul(rowOf(i), get(ng)) : i32.shl(i32.mul(rowOf(i), get(ng)), get(sh)))),
+        ]).flat(),
       ...A.flat().map((a) => set(a, ZERO)),
       set(xq, P('x')), set(g, i32.const(0)),
       block(loop(br_if(1, i32.gt_u(i32.add(get(g), i32.const(CG)), get(ng))), ...chunk(CG), br(0))),
       block(loop(br_if(1, i32.ge_u(get(g), get(ng))), ...chunk(1), br(0))),
       ...Array.from({ length: NR }, (_, i) => [
-        set(acc, finalize(f, 'bf', A[i]!, `c${i}`)),
+        set(acc, finalize(f, fp8 ? 'id' : 'bf', A[i]!, `c${i}`)),
         f32.store(addp(P('y'), i32.shl(rowOf(i), i32.const(2))), get(acc)),
       ]).flat(),
     ),
@@ -828,11 +858,11 @@ function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>>
     };
     const grouped = inPlace || kind === 'dec_bf16';
     const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
-    if (fmt === 'int4') {
+    if (fmt === 'int4' || fmt === 'fp8') {
       // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
       // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
-      const c4 = addMm1Chunked(gen, 'int4');
-      const f = gen.fnx('mm1_int4', MM_PARAMS, null, false);
+      const c4 = addMm1Chunked(gen, fmt);
+      const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
       mm1[fmt] = f;
       const P = (n: string) => get(f.p(n));
       const qd = f.local('qd', I32);
