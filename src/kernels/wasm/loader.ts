@@ -135,7 +135,7 @@ export function kernelModule(opts: KernelOptions): CompiledKernels {
 }
 
 export function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory): KernelExports {
-  // exp: the kernels' softmax takes JavaScript's own (kernels.ts FUNC_IMPORTS)
+  // exp: the kernels' softmax takes JavaScript's own (gen.ts FUNC_IMPORTS)
   const inst = new WebAssembly.Instance(module, { env: { memory, exp: Math.exp } });
   return inst.exports as unknown as KernelExports;
 }

@@ -162,13 +162,13 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
 /**
  * mmq7(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; w the q7 bytes,
  * s the f32 scales, x quantizeQ8T's output for T tokens. (sdt and scratch unused.) `minDist`: the
- * least distance of paired rows (kernels.ts MM1_MIN_DIST).
+ * least distance of paired rows (mm1.ts MM1_MIN_DIST).
  */
 export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: number, dotAdd: boolean): Fn {
   const params: Record<string, typeof I32> = { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 };
   const one = q7Rows(fnx('mmq7r', params, null, false), K, relaxed, dotAdd, 1);
   // One token: rows in pairs far apart (j and j+qd), two streams from memory, as the exact
-  // single-token path does (kernels.ts MM1_ROWS); each row's sums as alone. A function of its
+  // single-token path does (mm1.ts MM1_ROWS); each row's sums as alone. A function of its
   // own (V8 allocates registers per function).
   const pairs = q7Rows(fnx('mmq7p', { ...params, qd: I32 }, null, false), K, relaxed, dotAdd, 2);
   const f = fnx('mmq7', params, null, false);

@@ -1,0 +1,404 @@
+// The single-token products (T < TILE_MIN_T: decode, and the few tokens an expert gets): stored rows
+// in pairs far apart, decoded rows three at a time, their lane-group passes taken in turns over
+// column chunks; every output the canonical dot of its row alone.
+
+import {
+  type Code, Fn, I32, F32, V128, get, set, call, drop, block, loop, br, br_if, ifv, if_, select,
+  i32, f32, v128, i8x16, i16x8, i32x4, f32x4,
+} from './emit.js';
+import {
+  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp,
+  mac, finalize, bf16At, type Gen, reg,
+} from './gen.js';
+import { type Decoders, fp8ToBf16, mxGroup, storeBf16x16 } from './decode.js';
+import type { Madd } from './fma.js';
+
+/** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
+ *  between them: rows j and j+q for j in [r0, r0+q) of a range of n rows, q = n/2 when at least
+ *  MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why: memory
+ *  streams. Measured on Zen 3, one thread, GB/s of 2048-column bf16 rows streamed from DRAM (640
+ *  MB) / from L3 (one 8 MB matrix again and again), medians of alternating runs:
+ *    one row at a time                        6.9-7.8 / 8.0-13.4
+ *    2 rows far apart, two lane-group passes  8.3-9.4 / 11.4-17.1   <- this
+ *    2 far, one pass (8 accumulators)         4.8-6.8 / 9.1-12.0
+ *    4 far, two passes                        7.2-7.9 / 7.0-7.9
+ *    4 far, four passes                       7.6-9.5 / 8.7-9.2
+ *  (a plain Wasm read loop: 8-9.6 with one stream, 10-11 with four; rows 1 or 2 apart instead
+ *  of far apart were slower than one row: neighbouring pages look like one stream). */
+export const MM1_ROWS = 2;
+export const MM1_MIN_DIST = 8;
+/** Columns per chunk of the single-token product's lane-group passes (rowsBody): the rows' passes
+ *  take turns chunk by chunk (pass 1 then pass 2 over columns 0..255, then over 256..511, ...)
+ *  instead of each walking the whole row. Each accumulator sees the same multiply-adds in the same
+ *  order, so the bytes are the same. Why: a pass is 4 multiply-add chains (2 rows x 2 lane groups)
+ *  of 4 cycles each, too few to keep the FMA units busy; two passes over a chunk fit in the reorder
+ *  window together, so 8 chains run at once, without the 8 live accumulators that V8 spills.
+ *  Measured in one process taking turns (AMD EPYC Zen 5, 1 thread, bf16 2048-column rows, T = 1,
+ *  GMAC/s, medians of 11): from DRAM (64 matrices of 2048x2048) whole rows 12.6, chunks of 64
+ *  columns 16.3, 128 16.5, 256 16.8, 512 16.2; from L2 (3 matrices of 256x2048) 15.0 / 18.5 / 21.2
+ *  / 21.7 / 18.4. k3-medium decode, trunk kernels' time per token, three alternating runs: 1
+ *  thread 40.6-50.2 -> 30.2-33.3 ms, 2 threads 31.2-37.1 -> 23.5-26.3 ms. */
+export const MM1_CHUNK_COLS = 256;
+/** mxfp4 rows the single-token matmul decodes (to bf16, into scratch) and then walks side by side,
+ *  in two passes over lane groups as MM1_ROWS (6 accumulators live a pass). Why: a row's dot is 4
+ *  chains of fused multiply-adds (4 cycles each), so one decoded row at a time waits on them.
+ *  - Two rows in one pass (8 accumulators, the choice until December 2026: Intel Xeon, 1 thread,
+ *    k3-medium decode 8.9 tok/s with 1 row, 10.2 with 2) leave x86 V8 short of the 16 xmm
+ *    registers: two accumulators went to the stack, each multiply-add then waiting on a store and a
+ *    reload (`--print-wasm-code`).
+ *  - Measured in one process taking turns (AMD EPYC Zen 4, 1 thread, mxfp4 768x1024, T = 1,
+ *    GMAC/s, medians): 2 rows one pass 5.5-5.7; 2 rows two passes 7.4; 3 rows two passes 8.6-9.0
+ *    (the same from DRAM, 64 matrices); 4 rows two passes 4.6-5.6 (8 live again); 4 rows four passes
+ *    5.1-7.6; 6 rows four passes 5.1-7.4. k3-medium decode, experts' kernel time per token: 1 thread
+ *    29.5-38 -> 20.8-23 ms, 2 threads 18.5-21 -> 11.7-13.8. */
+export const MM1_DEC_ROWS = 3;
+/** 32-column groups per chunk of the single-token mxfp4 / int4 product (addMm1Chunked), which decodes
+ *  and dots chunk by chunk instead of decoding whole rows first. Measured in one process taking
+ *  turns (AMD EPYC Zen 5, 1 thread, T = 1, GMAC/s, medians of 15): mxfp4 768x1024 from DRAM (64
+ *  matrices) whole rows 7.1, chunks of 4 groups 8.6, of 6 8.5, of 8 8.8; from L2 9.9 / 10.7 / 10.9
+ *  / 10.9; 1024x768 from DRAM 6.6 / 8.3 (4) / 7.7 (8). k3-medium decode, experts' kernel time per
+ *  token, 1 thread, three alternating runs: whole rows 19.5-23.9 ms, chunks of 4 14.4-18.1 (about
+ *  0.45 of the trunk's time in the same run against 0.55). A chunk of 4 groups is about 280
+ *  instructions of decode (three rows) and as many of dot: the two fit in the reorder window. */
+export const MX_CHUNK_GROUPS = 4;
+
+// ---- rows of the single-token path: a row's 4 accumulators per token. Several tokens per row
+// (TB >= 2 in registers) made V8 hoist the loads and spill accumulators (Zen 5 / V8 11): the
+// tiled path below is how several tokens share a row. Several rows share the loop only when they
+// lie far apart (MM1_ROWS) ----
+
+/** How a kernel gets the weights of one row: per step of `stepCols` columns. */
+interface RowSource {
+  stepCols: 16 | 32;
+  /** Weight bytes a step advances (32: bf16, 64: f32). */
+  stepBytes: 32 | 64;
+  /** Set the pointer of row i (base + i*stride). */
+  init(f: Fn, i: number): Code[];
+  /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator),
+   *  or only for the accumulators in ks. */
+  step(f: Fn, i: number, emit: (k: number, w: Code) => Code, ks?: readonly number[]): Code[];
+  advance(f: Fn, i: number): Code[];
+  /** Move row i's pointer on by n bytes (after init: to a chunk's first column). */
+  skip(f: Fn, i: number, n: Code): Code;
+  /** Scalar weight of row i at (natural) column c, for the tail. */
+  tail(f: Fn, i: number, c: Code): Code;
+}
+
+/**
+ * Dot NR rows (src rows 0..NR-1) with one activation row at xq (perm layout) and store row i's
+ * result at yAddr(i). The rows are walked side by side, step by step, each with its own 4
+ * accumulators and the canonical per-lane fused multiply-add sequence, so its numbers are those of
+ * the row alone. `passes` split the lanes: each pass walks the columns once for its accumulators
+ * (every lane is an independent chain, so the split changes nothing). Uses locals prefixed by tag.
+ */
+function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr: (i: number) => Code, tag: string,
+  passes: readonly (readonly number[])[] = [[0, 1, 2, 3]]): Code[] {
+  const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
+  const q = f.local(`${tag}q`, I32), q0 = f.local(`${tag}q0`, I32), qend = f.local(`${tag}qend`, I32);
+  const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
+  const R = Array.from({ length: NR }, (_, i) => i);
+  const out: Code[] = [set(q0, xq)];
+  out.push(...A.flat().map((a) => set(a, ZERO)));
+  out.push(set(qend, addp(get(q0), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))));
+  // several rows: each activation vector loaded once for all of them (fewer instructions per
+  // weight byte, so more of the rows' bytes in flight)
+  const X = NR > 1 ? [0, 1, 2, 3].map((k) => f.local(`${tag}x${k}`, V128)) : [];
+  const xk = (k: number): Code => (NR > 1 ? get(X[k]!) : v128.load(get(q), 16 * k));
+  /** One pass over the columns from x at q to qe for the lane groups ks (row pointers set). */
+  const walk = (ks: readonly number[], qe: number): Code => block(loop(br_if(1, i32.ge_u(get(q), get(qe))),
+    ...(NR > 1 ? ks.map((k) => set(X[k]!, v128.load(get(q), 16 * k))) : []),
+    ...R.flatMap((i) => src.step(f, i, (k, w) => mac(m, A[i]![k & 3]!, w, xk(k)), ks)),
+    ...R.flatMap((i) => src.advance(f, i)),
+    set(q, i32.add(get(q), i32.const(src.stepCols * 4))), br(0)));
+  if (passes.length === 1) {
+    out.push(set(q, get(q0)), ...R.flatMap((i) => src.init(f, i)), walk(passes[0]!, qend));
+  } else {
+    // several passes: taken in turns over chunks of MM1_CHUNK_COLS columns, so that one chunk's
+    // pass and the next one's are in the reorder window together (their chains are independent)
+    const qc = f.local(`${tag}qc`, I32), qce = f.local(`${tag}qce`, I32);
+    const toW = (xBytes: Code): Code => (src.stepBytes === 64 ? xBytes : i32.shr_u(xBytes, i32.const(1))); // bf16: 2 bytes a column
+    out.push(set(qc, get(q0)), block(loop(br_if(1, i32.ge_u(get(qc), get(qend))),
+      set(qce, i32.add(get(qc), i32.const(MM1_CHUNK_COLS * 4))),
+      set(qce, select(get(qce), get(qend), i32.lt_u(get(qce), get(qend)))),
+      ...passes.flatMap((ks) => [
+        set(q, get(qc)),
+        ...R.flatMap((i) => [...src.init(f, i), src.skip(f, i, toW(i32.sub(get(qc), get(q0))))]),
+        walk(ks, qce),
+      ]),
+      set(qc, get(qce)), br(0))));
+  }
+  for (const i of R) {
+    // after the loop q points at the token's tail
+    out.push(
+      set(acc, finalize(f, perm, A[i]!, `${tag}${i}`)),
+      set(c, i32.and(cols, i32.const(-16))),
+      block(loop(br_if(1, i32.ge_u(get(c), cols)),
+        set(acc, m.s(src.tail(f, i, get(c)),
+          f32.load(addp(get(q), i32.shl(i32.sub(get(c), i32.and(cols, i32.const(-16))), i32.const(2)))), get(acc))),
+        set(c, i32.add(get(c), i32.const(1))), br(0))),
+      f32.store(yAddr(i), get(acc)),
+    );
+  }
+  return out;
+}
+
+// Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
+// in natural column order, widened in registers (perm bf). Row i at (base + i*stride).
+function srcF32(base: number, stride: number): RowSource {
+  return {
+    stepCols: 16, stepBytes: 64,
+    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    step: (f, i, emit, ks = [0, 1, 2, 3]) => ks.map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
+    advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(64)))],
+    skip: (f, i, n) => set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), n)),
+    // after the loop p points at the tail
+    tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
+  };
+}
+function srcBF16(gen: Gen, base: number, stride: number): RowSource {
+  return {
+    stepCols: 16, stepBytes: 32,
+    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    step: (f, i, emit, ks = [0, 1, 2, 3]) => {
+      // accumulators 0, 1 take the first 8 columns of the step (v), 2, 3 the next 8 (u)
+      const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
+      const half = (h: number, r: number): Code[] => [
+        set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
+        ...(ks.includes(2 * h) ? [emit(2 * h, i32x4.shl(get(r), i32.const(16)))] : []),
+        ...(ks.includes(2 * h + 1) ? [emit(2 * h + 1, v128.and(get(r), get(hi16)))] : []),
+      ];
+      return [...(ks.some((k) => k < 2) ? half(0, v) : []), ...(ks.some((k) => k >= 2) ? half(1, u) : [])];
+    },
+    advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
+    skip: (f, i, n) => set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), n)),
+    tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
+  };
+}
+
+/**
+ * Exact single-token mxfp4, int4 or fp8 product, decode and dot interleaved: MM1_DEC_ROWS rows (j +
+ * i*qd) at a time, walked in chunks of MX_CHUNK_GROUPS 32-column groups; per chunk each row's
+ * groups are decoded into a small scratch (mxfp4 to bf16 with dec_mx2bf's lookups; int4 to f32 in
+ * perm bf as dec_int4 writes, fp8 to f32 as dec_fp8, F32 or BF16 scales), then dotted in the two
+ * lane-group passes of the whole-row path. Each accumulator sees the same multiply-adds in the same
+ * order as the whole-row path (the chunks only cut the columns where a pass resumes), so the bytes
+ * are the same. Why: the decode is bound by byte shuffles and the dot by the multiply-add chains;
+ * a chunk's decode and the previous chunk's dot are independent, so the CPU runs them side by side
+ * (a whole row's decode is more instructions than the reorder window holds).
+ */
+function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
+  const NR = MM1_DEC_ROWS;
+  const CG = MX_CHUNK_GROUPS;
+  const mx = fmt === 'mxfp4';
+  const f = gen.fnx(`mm1c_${fmt}`, { ...MM_PARAMS, qd: I32 }, null, false);
+  const P = (n: string) => get(f.p(n));
+  const j = f.local('j', I32), jend = f.local('jend', I32), g = f.local('g', I32), ng = f.local('ng', I32);
+  const half = f.local('half', I32), q = f.local('q', I32), xq = f.local('xq', I32), acc = f.local('acc', F32);
+  const sh = f.local('sh', I32); // int4: log2 of a scale's bytes (F32 4, BF16 2)
+  const pw = Array.from({ length: NR }, (_, i) => f.local(`pw${i}`, I32));
+  const ps = Array.from({ length: NR }, (_, i) => f.local(`ps${i}`, I32));
+  const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`a${i}_${k}`, V128)));
+  const X = [0, 1, 2, 3].map((k) => f.local(`x${k}`, V128));
+  const fp8 = fmt === 'fp8';
+  const srow = Array.from({ length: NR }, (_, i) => f.local(`srow${i}`, I32)); // fp8: the rows' scale rows
+  const colB = mx ? 2 : 4; // decoded bytes a column: bf16 (mxfp4), f32 (int4 in perm bf, fp8 in id)
+  const gB = fp8 ? 32 : 16; // stored bytes of a 32-column group
+  const CB = CG * 32 * colB; // decoded bytes of a row's chunk
+  const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
+  const out = (i: number, k: number, off: number): [Code, number] => [P('scratch'), i * CB + 32 * colB * k + off];
+  /** int4 group k of row i: 16 bytes of nibbles at pw_i + 16k (byte b: columns 2b, 2b+1), scale
+   *  ps_i + (k << sh); (n - 8) * scale to f32 in perm bf, as dec_int4 (n - 8 in bytes, exact). */
+  const int4Group = (i: number, k: number): Code[] => {
+    const V = (n: string): number => f.local(`i4_${n}`, V128);
+    const B = V('B'), lo = V('lo'), hi = V('hi'), h = V('h'), sc = V('sc');
+    const a = i32.add(get(ps[i]!), i32.shl(i32.const(k), get(sh)));
+    const eight = gen.Kg(f, new Uint8Array(16).fill(8)), nib = gen.Kg(f, NIB_BYTES);
+    const val = (v: Code): Code => f32x4.mul(f32x4.convert_i32x4_s(v), get(sc));
+    // columns 16b .. 16b+15 of the group: lo bytes 8b .. 8b+7 (even columns), hi bytes (odd)
+    const block16 = (b: number): Code[] => [lo, hi].flatMap((src, par) => {
+      const [at, off] = out(i, k, 64 * b + 16 * par);
+      return [
+        set(h, (b === 0 ? i16x8.extend_low_i8x16_s : i16x8.extend_high_i8x16_s)(get(src))),
+        v128.store(at, val(i32x4.extend_low_i16x8_s(get(h))), off),
+        v128.store(at, val(i32x4.extend_high_i16x8_s(get(h))), off + 32),
+      ];
+    });
+    return [
+      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      set(B, v128.load(get(pw[i]!), 16 * k)),
+      set(lo, i8x16.sub(v128.and(get(B), nib), eight)),
+      set(hi, i8x16.sub(v128.and(i16x8.shr_u(get(B), i32.const(4)), nib), eight)),
+      ...block16(0), ...block16(1),
+    ];
+  };
+  /** fp8 group k of row i: 32 bytes at pw_i + 32k, the scale of its 128x128 block (columns g + k
+   *  >> 2 of the row's scale row); exact bf16 values (fp8ToBf16), widened, times the scale, as dec_fp8. */
+  const fp8Group = (i: number, k: number): Code[] => {
+    const V = (n: string): number => f.local(`f8_${n}`, V128);
+    const v = V('v'), lo = V('lo'), hi = V('hi'), sc = V('sc');
+    const a = i32.add(P('s'), i32.shl(i32.add(get(srow[i]!), i32.shr_u(i32.add(get(g), i32.const(k)), i32.const(2))), get(sh)));
+    return [
+      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      ...[0, 1].flatMap((h) => [
+        set(v, v128.load(get(pw[i]!), 32 * k + 16 * h)),
+        ...fp8ToBf16(gen, f, v, lo, hi),
+        ...[lo, hi].flatMap((b, bi) => {
+          const [at, off] = out(i, k, 64 * h + 32 * bi);
+          return [
+            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_low_i16x8_u(get(b)), i32.const(16)), get(sc)), off),
+            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_high_i16x8_u(get(b)), i32.const(16)), get(sc)), off + 16),
+          ];
+        }),
+      ]),
+    ];
+  };
+  const decode = (i: number, k: number): Code[] => fp8 ? fp8Group(i, k) : (mx
+    ? mxGroup(gen, f, get(pw[i]!), get(ps[i]!), k, (lb, hb, h) => storeBf16x16(lb, hb, (hh) => out(i, k, 32 * h + 16 * hh)))
+    : int4Group(i, k));
+  const hi16 = gen.K(f, HI16_BYTES);
+  /** The chunk's dot, n groups: a loop over lane groups ks, 16 columns a step (scratch offset q,
+   *  x at xq + q * 4 / colB: a loop, so that V8 does not hoist a whole chunk's loads and spill them). */
+  const qend = f.local('qend', I32), wv = f.local('wv', V128);
+  const xAt = (): Code => addp(get(xq), mx ? i32.shl(get(q), i32.const(1)) : get(q));
+  const pass = (n: number, ks: readonly number[]): Code[] => [
+    set(q, i32.const(0)), set(qend, i32.const(32 * colB * n)),
+    block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+      ...ks.map((k) => set(X[k]!, v128.load(xAt(), 16 * k))),
+      ...Array.from({ length: NR }, (_, i) => mx
+        ? [
+          set(wv, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * (ks[0]! >> 1))),
+          ...ks.map((k) => mac(gen.madd, A[i]![k]!, (k & 1) === 0 ? i32x4.shl(get(wv), i32.const(16)) : v128.and(get(wv), get(hi16)), get(X[k]!))),
+        ]
+        : ks.map((k) => mac(gen.madd, A[i]![k]!, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * k), get(X[k]!)))).flat(),
+      set(q, i32.add(get(q), i32.const(16 * colB))), br(0))),
+  ];
+  const chunk = (n: number): Code[] => [
+    ...Array.from({ length: NR }, (_, i) => Array.from({ length: n }, (_, k) => decode(i, k)).flat()).flat(),
+    ...pass(n, [0, 1]), ...pass(n, [2, 3]),
+    ...pw.map((p) => set(p, i32.add(get(p), i32.const(gB * n)))),
+    ...(fp8 ? [] : ps.map((p) => set(p, i32.add(get(p), mx ? i32.const(n) : i32.shl(i32.const(n), get(sh)))))),
+    set(xq, i32.add(get(xq), i32.const(128 * n))),
+    set(g, i32.add(get(g), i32.const(n))),
+  ];
+  f.body = [
+    set(half, i32.shr_u(P('cols'), i32.const(1))),
+    set(ng, i32.shr_u(P('cols'), i32.const(5))),
+    // int4 / fp8 scales: F32 (sdt 0) 4 bytes, BF16 (1) 2; F16 (2) does not come here
+    set(sh, i32.sub(i32.const(2), P('sdt'))),
+    set(jend, i32.add(P('r0'), P('qd'))),
+    set(j, P('r0')),
+    forLt(j, jend, 1,
+      ...Array.from({ length: NR }, (_, i) => fp8
+        ? [
+          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), P('cols')))),
+          // floor(r/128) * ceil(cols/128)
+          set(srow[i]!, i32.mul(i32.shr_u(rowOf(i), i32.const(7)), i32.shr_u(i32.add(P('cols'), i32.const(127)), i32.const(7)))),
+        ]
+        : [
+          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), get(half)))),
+          set(ps[i]!, addp(P('s'), mx ? i32.mul(rowOf(i), get(ng)) : i32.shl(i32.mul(rowOf(i), get(ng)), get(sh)))),
+        ]).flat(),
+      ...A.flat().map((a) => set(a, ZERO)),
+      set(xq, P('x')), set(g, i32.const(0)),
+      block(loop(br_if(1, i32.gt_u(i32.add(get(g), i32.const(CG)), get(ng))), ...chunk(CG), br(0))),
+      block(loop(br_if(1, i32.ge_u(get(g), get(ng))), ...chunk(1), br(0))),
+      ...Array.from({ length: NR }, (_, i) => [
+        set(acc, finalize(f, fp8 ? 'id' : 'bf', A[i]!, `c${i}`)),
+        f32.store(addp(P('y'), i32.shl(rowOf(i), i32.const(2))), get(acc)),
+      ]).flat(),
+    ),
+  ];
+  return f;
+}
+
+// ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
+// decoded once (if its format needs it) and then dotted with each token in turn ----
+export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>> {
+  const mm1: Partial<Record<Fmt, Fn>> = {};
+  for (const fmt of FMTS) {
+    const kind = ROWS[fmt];
+    const perm = MM_PERM[fmt];
+    const inPlace = kind === 'f32' || kind === 'bf16';
+    /** Rows [r0, r1) (nr = 1), or the groups of rows j + i*qd, i < nr, for j in [r0, r0 + qd). */
+    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[]): Fn => {
+      const f = gen.fnx(`${name}_${fmt}`, nr === 1 ? MM_PARAMS : { ...MM_PARAMS, qd: I32 }, null, false);
+      const P = (n: string) => get(f.p(n));
+      const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
+      const rowb = f.local('rowb', I32), j = f.local('j', I32), jend = f.local('jend', I32);
+      f.prologue.push(
+        set(colsb, i32.shl(P('cols'), i32.const(2))),
+        set(rowb, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
+      );
+      const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
+      const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
+      const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
+      const decFn = inPlace ? -1 : reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!);
+      // decoded rows of a group: one after another in scratch (bf16 rows, 16-byte aligned)
+      const decStride = i32.and(i32.add(get(rowb), i32.const(15)), i32.const(-16));
+      f.body = [
+        set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
+        set(j, P('r0')),
+        forLt(j, jend, 1,
+          // a stored row used in place, or rows decoded into scratch
+          ...(inPlace
+            ? [set(stride, nr === 1 ? get(rowb) : i32.mul(P('qd'), get(rowb))), set(base, addp(P('w'), i32.mul(get(j), get(rowb))))]
+            : [
+              set(stride, decStride), set(base, P('scratch')),
+              ...Array.from({ length: nr }, (_, i) =>
+                drop(call(decFn, P('w'), P('s'), P('sdt'), P('rows'), P('cols'), rowOf(i), addp(get(base), i32.mul(get(stride), i32.const(i)))))),
+            ]),
+          set(t, i32.const(0)),
+          forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, perm, nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
+      ];
+      return f;
+    };
+    const grouped = inPlace || kind === 'dec_bf16';
+    const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
+    if (fmt === 'int4' || fmt === 'fp8') {
+      // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
+      // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
+      const c4 = addMm1Chunked(gen, fmt);
+      const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+      mm1[fmt] = f;
+      const P = (n: string) => get(f.p(n));
+      const qd = f.local('qd', I32);
+      const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+      f.body = [
+        set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_DEC_ROWS))),
+        set(qd, select(get(qd), i32.const(0), i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.lt_u(P('sdt'), i32.const(2))),
+          i32.eqz(i32.and(P('cols'), i32.const(31)))))),
+        block(br_if(0, i32.eqz(get(qd))), call(reg(c4), ...args(P('r0')), get(qd))),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(MM1_DEC_ROWS))))),
+      ];
+      continue;
+    }
+    if (!grouped) {
+      mm1[fmt] = one;
+      continue;
+    }
+    const NRg = inPlace ? MM1_ROWS : MM1_DEC_ROWS;
+    // Stored rows (bf16, f32) MM1_ROWS at a time, far apart: two streams from memory. Their loop
+    // makes two passes over lane groups (accumulators 0, 1, then 2, 3), the rows' bytes in L1 for
+    // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). Decoded mxfp4
+    // rows MM1_DEC_ROWS at a time, in the same two passes (from L1). A function of its own, as V8
+    // allocates registers per function. Other decoded formats (f16, fp8, int4: f32 rows) go one row
+    // at a time (int4 with three rows measured 5.0 -> 5.5 GMAC/s, not worth a third path).
+    const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
+    // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
+    const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
+    const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+    mm1[fmt] = f;
+    const P = (n: string) => get(f.p(n));
+    const qd = f.local('qd', I32);
+    const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+    f.body = [
+      set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(NRg))),
+      if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
+        chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
+        : call(reg(group), ...args(P('r0')), get(qd)),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
+      ], [call(reg(one), ...args(P('r0')))]),
+    ];
+  }
+  return mm1;
+}
