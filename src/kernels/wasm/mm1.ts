@@ -354,17 +354,22 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
     };
     const grouped = inPlace || kind === 'dec_bf16';
     const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
+    /** The entry mm1_<fmt>: rows [r0, r1) with args(r0) of the range, qd = rows / n. */
+    const entry = (n: number) => {
+      const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+      mm1[fmt] = f;
+      const P = (name: string) => get(f.p(name));
+      const qd = f.local('qd', I32);
+      const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+      return { f, P, qd, args, setQd: set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(n))) };
+    };
     if (fmt === 'int4' || fmt === 'fp8') {
       // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
       // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
       const c4 = addMm1Chunked(gen, fmt);
-      const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
-      mm1[fmt] = f;
-      const P = (n: string) => get(f.p(n));
-      const qd = f.local('qd', I32);
-      const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+      const { f, P, qd, args, setQd } = entry(MM1_DEC_ROWS);
       f.body = [
-        set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_DEC_ROWS))),
+        setQd,
         set(qd, select(get(qd), i32.const(0), i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.lt_u(P('sdt'), i32.const(2))),
           i32.eqz(i32.and(P('cols'), i32.const(31)))))),
         block(br_if(0, i32.eqz(get(qd))), call(reg(c4), ...args(P('r0')), get(qd))),
@@ -381,18 +386,14 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
     // makes two passes over lane groups (accumulators 0, 1, then 2, 3), the rows' bytes in L1 for
     // the second pass: 4 live accumulators (V8 spilled them when all 8 were live). Decoded mxfp4
     // rows MM1_DEC_ROWS at a time, in the same two passes (from L1). A function of its own, as V8
-    // allocates registers per function. Other decoded formats (f16, fp8, int4: f32 rows) go one row
-    // at a time (int4 with three rows measured 5.0 -> 5.5 GMAC/s, not worth a third path).
+    // allocates registers per function. int4 and fp8 (above) take the chunked kernel at one token;
+    // f16 rows go one at a time.
     const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
     // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
     const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
-    const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
-    mm1[fmt] = f;
-    const P = (n: string) => get(f.p(n));
-    const qd = f.local('qd', I32);
-    const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+    const { f, P, qd, args, setQd } = entry(NRg);
     f.body = [
-      set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(NRg))),
+      setQd,
       if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
         chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
         : call(reg(group), ...args(P('r0')), get(qd)),
