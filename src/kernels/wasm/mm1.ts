@@ -24,7 +24,10 @@ import type { Madd } from './fma.js';
  *    4 far, two passes                        7.2-7.9 / 7.0-7.9
  *    4 far, four passes                       7.6-9.5 / 8.7-9.2
  *  (a plain Wasm read loop: 8-9.6 with one stream, 10-11 with four; rows 1 or 2 apart instead
- *  of far apart were slower than one row: neighbouring pages look like one stream). */
+ *  of far apart were slower than one row: neighbouring pages look like one stream). Again on Zen 5
+ *  (December 2026, 64 matrices from DRAM, GMAC/s, medians): 2 far 11.5-13.3, 3 far 9.2-9.8 (from
+ *  L2 3 rows win, 15.0 vs 12.7: no spills, the streams are what costs), neighbouring 5.4-6.8;
+ *  with the chunked passes below, 2 far 13.6-14.4, 3 far 11.7-13.0, 4 far 10.0. */
 export const MM1_ROWS = 2;
 export const MM1_MIN_DIST = 8;
 /** Columns per chunk of the single-token product's lane-group passes (rowsBody): the rows' passes
@@ -52,19 +55,20 @@ export const MM1_CHUNK_COLS = 256;
  *    5.1-7.6; 6 rows four passes 5.1-7.4. k3-medium decode, experts' kernel time per token: 1 thread
  *    29.5-38 -> 20.8-23 ms, 2 threads 18.5-21 -> 11.7-13.8. */
 export const MM1_DEC_ROWS = 3;
-/** 32-column groups per chunk of the single-token mxfp4 / int4 product (addMm1Chunked), which decodes
+/** 32-column groups per chunk of the single-token mxfp4 / int4 / fp8 product (addMm1Chunked), which decodes
  *  and dots chunk by chunk instead of decoding whole rows first. Measured in one process taking
  *  turns (AMD EPYC Zen 5, 1 thread, T = 1, GMAC/s, medians of 15): mxfp4 768x1024 from DRAM (64
  *  matrices) whole rows 7.1, chunks of 4 groups 8.6, of 6 8.5, of 8 8.8; from L2 9.9 / 10.7 / 10.9
  *  / 10.9; 1024x768 from DRAM 6.6 / 8.3 (4) / 7.7 (8). k3-medium decode, experts' kernel time per
  *  token, 1 thread, three alternating runs: whole rows 19.5-23.9 ms, chunks of 4 14.4-18.1 (about
  *  0.45 of the trunk's time in the same run against 0.55). A chunk of 4 groups is about 280
- *  instructions of decode (three rows) and as many of dot: the two fit in the reorder window. */
+ *  instructions of decode (three rows) and as many of dot: the two fit in the reorder window.
+ *  2, 4 or 8 groups measured the same for fp8 / int4 2048x7168 and mxfp4 768x1024 (Zen 5). */
 export const MX_CHUNK_GROUPS = 4;
 
 // ---- rows of the single-token path: a row's 4 accumulators per token. Several tokens per row
 // (TB >= 2 in registers) made V8 hoist the loads and spill accumulators (Zen 5 / V8 11): the
-// tiled path below is how several tokens share a row. Several rows share the loop only when they
+// tiled path (kernels.ts) is how several tokens share a row. Several rows share the loop only when they
 // lie far apart (MM1_ROWS) ----
 
 /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
