@@ -1,6 +1,6 @@
 // Memory read bandwidth as WebAssembly sees it, at 1 and 2 threads: the ceiling of a decode step
 // that streams its weights. Each thread sums its own region of one shared memory with 128-bit loads,
-// in two streams half a region apart (as the single-token matmul walks rows: kernels.ts MM1_ROWS),
+// in two streams half a region apart (as the single-token matmul walks rows: wasm/mm1.ts MM1_ROWS),
 // after a first pass that makes the pages resident. The regions are far larger than the caches.
 // A decode bound by this bandwidth cannot scale from 1 to 2 threads by more than this does; the
 // vs-llama-cpp bench prints the two side by side (issue 13: decode scaling on a machine whose
