@@ -8,8 +8,7 @@ import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
 import { generate, FMTS } from '../src/kernels/wasm/kernels.js';
 import { writeMatmulOp } from '../src/kernels/pool.js';
-import { f32ToBf16 } from '../src/formats/dtypes.js';
-import * as fp8Table from '../src/formats/dtypes.js';
+import { f32ToBf16, FP8_TABLE } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
 import { KernelProfile } from '../src/kernels/profile.js';
 import { Chain } from '../src/kernels/chain.js';
@@ -194,7 +193,6 @@ test('fp8: every e4m3 code (subnormals, 448, NaN) decodes to its exact value tim
   // row r holds code r in column c and zeros elsewhere; x is one-hot at c, so y[r] = value(r) * scale
   // (the scale of its 128x128 block: one f32 rounding); 160 columns take the single-token path's
   // chunked kernel, 48 its row-by-row one
-  const { FP8_TABLE } = fp8Table;
   for (const [cols, c] of [[48, 0], [48, 21], [48, 40], [160, 0], [160, 37], [160, 150]] as const) {
     const rows = 256;
     const data = new Uint8Array(rows * cols);

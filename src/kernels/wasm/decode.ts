@@ -31,14 +31,14 @@ export function addScalarHelpers(gen: Gen): Fn {
 }
 
 /** Scale number idx of a scale tensor at s in dtype sdt (0 F32, 1 BF16, 2 F16), as f32 (f16s: the f16 helper). */
-export function scaleAt(f16s: Fn, sdt: number, S: Code, idx: Code): Code {
+function scaleAt(f16s: Fn, sdt: number, S: Code, idx: Code): Code {
   return sdt === 0 ? f32.load(addp(S, i32.shl(idx, i32.const(2))))
     : sdt === 1 ? bf16At(addp(S, i32.shl(idx, i32.const(1))))
     : call(reg(f16s), i32.load16_u(addp(S, i32.shl(idx, i32.const(1)))));
 }
 
 /** A decoder per scale dtype, and a dispatcher on sdt (once per row). */
-export function perSdt(gen: Gen, name: string, build: (f: Fn, sdt: number) => void): Fn {
+function perSdt(gen: Gen, name: string, build: (f: Fn, sdt: number) => void): Fn {
   const v = [0, 1, 2].map((sdt) => {
     const f = gen.fnx(`${name}_${sdt}`, DEC_PARAMS, I32, false);
     build(f, sdt);
@@ -55,7 +55,7 @@ export function perSdt(gen: Gen, name: string, build: (f: Fn, sdt: number) => vo
 export type Decoders = Partial<Record<Fmt | 'mx2bf' | 'mx2f32', Fn>>;
 
 /** Common frame for decoders: loop over 16-column blocks c = 0, 16, .. < n16, then the tail. */
-export function decFrame(f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code {
+function decFrame(f: Fn, blockBody: (c: number, o: number) => Code[], tail: (c: number, o: number) => Code): Code {
   const c = f.local('c', I32), o = f.local('o', I32), n16 = f.local('n16', I32), cols = f.local('cols_', I32);
   return [
     set(n16, i32.and(get(f.p('cols')), i32.const(-16))),
@@ -73,7 +73,7 @@ export function decFrame(f: Fn, blockBody: (c: number, o: number) => Code[], tai
 }
 
 // f16 (perm id): exact widening with integer ops; subnormals via an exact convert * 2^-24.
-export function f16vec(gen: Gen, f: Fn, h: Code, tmp: number): Code {
+function f16vec(gen: Gen, f: Fn, h: Code, tmp: number): Code {
   const { Kg } = gen;
   // h: i32x4 of half bits. Result f32x4 bits.
   const sp = (n: number): Code => Kg(f, splat32(n));
@@ -91,7 +91,7 @@ export function f16vec(gen: Gen, f: Fn, h: Code, tmp: number): Code {
   ];
 }
 
-export function addDecF16(gen: Gen, f16s: Fn): Fn {
+function addDecF16(gen: Gen, f16s: Fn): Fn {
   const f = gen.fnx('dec_f16', DEC_PARAMS, I32);
   const rb = f.local('rb', I32), v = f.local('v', V128), t = f.local('t', V128);
   f.body = [
@@ -119,11 +119,11 @@ export function addDecF16(gen: Gen, f16s: Fn): Fn {
 // s | 0x7f, a bf16 NaN with the low byte 0xf0. Measured: fp8 1024x1024, 1 thread (AMD EPYC Zen
 // 5), GMAC/s: T = 1 2.4 -> 4.5, T = 8 12.4 -> 15.2, against the integer/convert formula per f32
 // lane it replaced (about twice the instructions). test/kernels.test.ts checks all 256 codes.
-export const FP8_HB = Array.from({ length: 16 }, (_, i) => ((i & 8) << 4) | (60 + (i & 7)));
+const FP8_HB = Array.from({ length: 16 }, (_, i) => ((i & 8) << 4) | (60 + (i & 7)));
 /** e = 0: XOR turning the normal formula's bytes into those of m * 2^-9 (m = index), 0 past 7. */
-export const FP8_SUB_LB = [0x00, 0x10, 0xa0, 0xf0, 0x40, 0x70, 0x20, 0x10, 0, 0, 0, 0, 0, 0, 0, 0];
-export const FP8_SUB_HB = [0x3c, 0x07, 0x07, 0x07, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-export const splat8 = (n: number): Uint8Array => new Uint8Array(16).fill(n);
+const FP8_SUB_LB = [0x00, 0x10, 0xa0, 0xf0, 0x40, 0x70, 0x20, 0x10, 0, 0, 0, 0, 0, 0, 0, 0];
+const FP8_SUB_HB = [0x3c, 0x07, 0x07, 0x07, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+const splat8 = (n: number): Uint8Array => new Uint8Array(16).fill(n);
 
 /** 16 e4m3 bytes (v) -> two vectors of 8 bf16 (lo: bytes 0-7, hi: 8-15), natural order. */
 export function fp8ToBf16(gen: Gen, f: Fn, v: number, lo: number, hi: number): Code[] {
@@ -141,7 +141,13 @@ export function fp8ToBf16(gen: Gen, f: Fn, v: number, lo: number, hi: number): C
   ];
 }
 
-export function addDecFp8(gen: Gen, f16s: Fn): Fn {
+/** Stores 8 bf16 values (b) at at + off as f32 times sc (f32x4): one rounding each, the fp8 decode's. */
+export const storeBf16Scaled = (b: number, sc: number, at: Code, off: number): Code[] => [
+  v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_low_i16x8_u(get(b)), i32.const(16)), get(sc)), off),
+  v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_high_i16x8_u(get(b)), i32.const(16)), get(sc)), off + 16),
+];
+
+function addDecFp8(gen: Gen, f16s: Fn): Fn {
   return perSdt(gen, 'dec_fp8', (f, sdt) => {
     const rb = f.local('rb', I32), srow = f.local('srow', I32), v = f.local('v', V128), h = f.local('h', V128);
     const t = f.local('t', V128), sc = f.local('sc', V128);
@@ -153,10 +159,7 @@ export function addDecFp8(gen: Gen, f16s: Fn): Fn {
         set(sc, f32x4.splat(scaleAt(f16s, sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
         set(v, v128.load(addp(get(rb), get(c)))),
         ...fp8ToBf16(gen, f, v, h, t),
-        ...[h, t].flatMap((b, k) => [
-          v128.store(get(o), f32x4.mul(i32x4.shl(i32x4.extend_low_i16x8_u(get(b)), i32.const(16)), get(sc)), 32 * k),
-          v128.store(get(o), f32x4.mul(i32x4.shl(i32x4.extend_high_i16x8_u(get(b)), i32.const(16)), get(sc)), 32 * k + 16),
-        ]),
+        ...[h, t].flatMap((b, k) => storeBf16Scaled(b, sc, get(o), 32 * k)),
       ], (c) => f32.mul(
         f32.load(addp(i32.const(FP8_TAB), i32.shl(i32.load8_u(addp(get(rb), get(c))), i32.const(2)))),
         scaleAt(f16s, sdt, get(f.p('s')), addp(get(srow), i32.shr_u(get(c), i32.const(7)))))),
@@ -165,7 +168,7 @@ export function addDecFp8(gen: Gen, f16s: Fn): Fn {
 }
 
 // int4 (perm bf): 8 bytes = 16 nibbles widened to u16, low/high nibbles split, (n-8) * scale.
-export function addDecInt4(gen: Gen, f16s: Fn): Fn {
+function addDecInt4(gen: Gen, f16s: Fn): Fn {
   return perSdt(gen, 'dec_int4', (f, sdt) => {
     const rb = f.local('rb', I32), sb = f.local('sb', I32), v = f.local('v', V128), lo = f.local('lo', V128), hi = f.local('hi', V128);
     const sc = f.local('sc', V128);
@@ -195,8 +198,8 @@ export function addDecInt4(gen: Gen, f16s: Fn): Fn {
   });
 }
 
-export const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
-export const ilHi = ilLo.map((x) => x + 8);
+const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
+const ilHi = ilLo.map((x) => x + 8);
 // mxfp4 -> bf16 row in natural column order. One 16-byte load = one 32-column group with one
 // scale; the per-scale table (MX_PLANES) holds the 16 exact values E2M1*2^(s-127) as bf16, low-byte
 // plane then high-byte plane, so two byte lookups + a byte interleave give 8 bf16 values.
@@ -208,14 +211,14 @@ export const ilHi = ilLo.map((x) => x + 8);
 export const storeBf16x16 = (lb: number, hb: number, at: (h: number) => [Code, number]): Code[] => [ilLo, ilHi].map((il, h) =>
   v128.store(at(h)[0], i8x16.shuffle(get(lb), get(hb), il), at(h)[1]));
 
-export function addDecMx2bf(gen: Gen): Fn {
+function addDecMx2bf(gen: Gen): Fn {
   return addMxDecoder(gen, 'dec_mx2bf', true, 2, (f, lb, hb, o, off) => storeBf16x16(lb, hb, (h) => [get(o), off + 16 * h]));
 }
 
 /** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
  *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
  *  widen does from memory), so the row is written once and never reread as bf16. */
-export function addDecMx2f32(gen: Gen): Fn {
+function addDecMx2f32(gen: Gen): Fn {
   return addMxDecoder(gen, 'dec_mx2f32', false, 4, (f, lb, hb, o, off) => {
     const bf = f.local('bf', V128);
     return [ilLo, ilHi].flatMap((il, h) => [
@@ -263,7 +266,7 @@ export function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (l
  * planes and the nibble indices in column order; emit16(f, lb, hb, o, off) stores 16 columns from
  * their low and high bytes (lb, hb) at o + off. Output columns take colBytes each (2: bf16, 4: f32).
  */
-export function addMxDecoder(gen: Gen, name: string, exported: boolean, colBytes: 2 | 4,
+function addMxDecoder(gen: Gen, name: string, exported: boolean, colBytes: 2 | 4,
   emit16: (f: Fn, lb: number, hb: number, o: number, off: number) => Code[]): Fn {
   const f = gen.fnx(name, DEC_PARAMS, I32, exported);
   const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);

@@ -10,7 +10,7 @@ import {
   type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp,
   mac, finalize, bf16At, type Gen, reg,
 } from './gen.js';
-import { type Decoders, fp8ToBf16, mxGroup, storeBf16x16 } from './decode.js';
+import { type Decoders, fp8ToBf16, mxGroup, storeBf16x16, storeBf16Scaled } from './decode.js';
 import type { Madd } from './fma.js';
 
 /** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
@@ -74,16 +74,15 @@ export const MX_CHUNK_GROUPS = 4;
 /** How a kernel gets the weights of one row: per step of `stepCols` columns. */
 interface RowSource {
   stepCols: 16 | 32;
-  /** Weight bytes a step advances (32: bf16, 64: f32). */
-  stepBytes: 32 | 64;
   /** Set the pointer of row i (base + i*stride). */
   init(f: Fn, i: number): Code[];
   /** Emit the step's weight vectors for row i: emit(k, w) for k < stepCols/4 (k&3 = accumulator),
    *  or only for the accumulators in ks. */
   step(f: Fn, i: number, emit: (k: number, w: Code) => Code, ks?: readonly number[]): Code[];
   advance(f: Fn, i: number): Code[];
-  /** Move row i's pointer on by n bytes (after init: to a chunk's first column). */
-  skip(f: Fn, i: number, n: Code): Code;
+  /** Move row i's pointer on by the columns that xBytes of (f32) activations hold (after init: to
+   *  a chunk's first column). */
+  skip(f: Fn, i: number, xBytes: Code): Code;
   /** Scalar weight of row i at (natural) column c, for the tail. */
   tail(f: Fn, i: number, c: Code): Code;
 }
@@ -120,13 +119,12 @@ function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Co
     // several passes: taken in turns over chunks of MM1_CHUNK_COLS columns, so that one chunk's
     // pass and the next one's are in the reorder window together (their chains are independent)
     const qc = f.local(`${tag}qc`, I32), qce = f.local(`${tag}qce`, I32);
-    const toW = (xBytes: Code): Code => (src.stepBytes === 64 ? xBytes : i32.shr_u(xBytes, i32.const(1))); // bf16: 2 bytes a column
     out.push(set(qc, get(q0)), block(loop(br_if(1, i32.ge_u(get(qc), get(qend))),
       set(qce, i32.add(get(qc), i32.const(MM1_CHUNK_COLS * 4))),
       set(qce, select(get(qce), get(qend), i32.lt_u(get(qce), get(qend)))),
       ...passes.flatMap((ks) => [
         set(q, get(qc)),
-        ...R.flatMap((i) => [...src.init(f, i), src.skip(f, i, toW(i32.sub(get(qc), get(q0))))]),
+        ...R.flatMap((i) => [...src.init(f, i), src.skip(f, i, i32.sub(get(qc), get(q0)))]),
         walk(ks, qce),
       ]),
       set(qc, get(qce)), br(0))));
@@ -148,21 +146,26 @@ function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Co
 
 // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
 // in natural column order, widened in registers (perm bf). Row i at (base + i*stride).
+/** Row i's pointer p_i: set to base + i*stride, and moved on by the weight bytes of xBytes of
+ *  activations (shr: log2 of 4 / the weight's bytes a column). */
+const rowPointer = (base: number, stride: number, shr: 0 | 1): Pick<RowSource, 'init' | 'skip'> => ({
+  init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+  skip: (f, i, xBytes) => set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), shr ? i32.shr_u(xBytes, i32.const(shr)) : xBytes)),
+});
 function srcF32(base: number, stride: number): RowSource {
   return {
-    stepCols: 16, stepBytes: 64,
-    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    stepCols: 16,
+    ...rowPointer(base, stride, 0),
     step: (f, i, emit, ks = [0, 1, 2, 3]) => ks.map((k) => emit(k, v128.load(get(f.local(`p${i}`, I32)), 16 * k))),
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(64)))],
-    skip: (f, i, n) => set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), n)),
     // after the loop p points at the tail
     tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
   };
 }
 function srcBF16(gen: Gen, base: number, stride: number): RowSource {
   return {
-    stepCols: 16, stepBytes: 32,
-    init: (f, i) => [set(f.local(`p${i}`, I32), addp(get(base), i32.mul(i32.const(i), get(stride))))],
+    stepCols: 16,
+    ...rowPointer(base, stride, 1),
     step: (f, i, emit, ks = [0, 1, 2, 3]) => {
       // accumulators 0, 1 take the first 8 columns of the step (v), 2, 3 the next 8 (u)
       const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
@@ -174,7 +177,6 @@ function srcBF16(gen: Gen, base: number, stride: number): RowSource {
       return [...(ks.some((k) => k < 2) ? half(0, v) : []), ...(ks.some((k) => k >= 2) ? half(1, u) : [])];
     },
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
-    skip: (f, i, n) => set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), n)),
     tail: (f, i, c) => bf16At(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(1)))),
   };
 }
@@ -198,7 +200,7 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
   const P = (n: string) => get(f.p(n));
   const j = f.local('j', I32), jend = f.local('jend', I32), g = f.local('g', I32), ng = f.local('ng', I32);
   const half = f.local('half', I32), q = f.local('q', I32), xq = f.local('xq', I32), acc = f.local('acc', F32);
-  const sh = f.local('sh', I32); // int4: log2 of a scale's bytes (F32 4, BF16 2)
+  const sh = f.local('sh', I32); // int4, fp8: log2 of a scale's bytes (F32 4, BF16 2)
   const pw = Array.from({ length: NR }, (_, i) => f.local(`pw${i}`, I32));
   const ps = Array.from({ length: NR }, (_, i) => f.local(`ps${i}`, I32));
   const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`a${i}_${k}`, V128)));
@@ -210,6 +212,8 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
   const CB = CG * 32 * colB; // decoded bytes of a row's chunk
   const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
   const out = (i: number, k: number, off: number): [Code, number] => [P('scratch'), i * CB + 32 * colB * k + off];
+  /** int4 / fp8: the scale at address a (F32 or BF16, by sh), in every lane. */
+  const scaleSplat = (a: Code): Code => f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)));
   /** int4 group k of row i: 16 bytes of nibbles at pw_i + 16k (byte b: columns 2b, 2b+1), scale
    *  ps_i + (k << sh); (n - 8) * scale to f32 in perm bf, as dec_int4 (n - 8 in bytes, exact). */
   const int4Group = (i: number, k: number): Code[] => {
@@ -228,7 +232,7 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
       ];
     });
     return [
-      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      set(sc, scaleSplat(a)),
       set(B, v128.load(get(pw[i]!), 16 * k)),
       set(lo, i8x16.sub(v128.and(get(B), nib), eight)),
       set(hi, i8x16.sub(v128.and(i16x8.shr_u(get(B), i32.const(4)), nib), eight)),
@@ -242,17 +246,11 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
     const v = V('v'), lo = V('lo'), hi = V('hi'), sc = V('sc');
     const a = i32.add(P('s'), i32.shl(i32.add(get(srow[i]!), i32.shr_u(i32.add(get(g), i32.const(k)), i32.const(2))), get(sh)));
     return [
-      set(sc, f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)))),
+      set(sc, scaleSplat(a)),
       ...[0, 1].flatMap((h) => [
         set(v, v128.load(get(pw[i]!), 32 * k + 16 * h)),
         ...fp8ToBf16(gen, f, v, lo, hi),
-        ...[lo, hi].flatMap((b, bi) => {
-          const [at, off] = out(i, k, 64 * h + 32 * bi);
-          return [
-            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_low_i16x8_u(get(b)), i32.const(16)), get(sc)), off),
-            v128.store(at, f32x4.mul(i32x4.shl(i32x4.extend_high_i16x8_u(get(b)), i32.const(16)), get(sc)), off + 16),
-          ];
-        }),
+        ...[lo, hi].flatMap((b, bi) => storeBf16Scaled(b, sc, ...out(i, k, 64 * h + 32 * bi))),
       ]),
     ];
   };
