@@ -70,7 +70,7 @@ import { thpMode } from '../src/util/hugepages.js';
 import { machineInfo, machineLine } from '../src/util/machine.js';
 import { convertK3ToGguf, type ExpertsGgufFormat, type TrunkFormat } from './gguf/convert.js';
 import { runChild, serveChild } from './child.js';
-import { memoryBandwidth, memoryBandwidthLine } from './membw.js';
+import { maddRate, maddRateLine, memoryBandwidth, memoryBandwidthLine, rooflineLines, tokenWork } from './ceilings.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -730,11 +730,23 @@ async function main(): Promise<void> {
     };
     const sc = [['llama.cpp', scale(lrows, nl)], ['ours', scale(orows, no)], ['ours --fast', scale(frows, no)]].filter(([, v]) => v !== null);
     if (sc.length) log(`decode scaling 1 -> 2 threads: ${sc.map(([k, v]) => `${k} ${v}`).join(', ')}`);
-    if ([...lrows, ...orows].some((r) => r.threads === 2)) {
-      const bw = await memoryBandwidth();
-      (report.speed as Record<string, unknown>).memoryBandwidth = bw;
-      log(`${memoryBandwidthLine(bw)}, measured after the rounds`);
+    // The machine's ceilings (after the rounds) and the share of them each engine reaches
+    const bw = await memoryBandwidth();
+    const madd = await maddRate();
+    const om = await Model.open(m.dir, {});
+    let work: ReturnType<typeof tokenWork>;
+    try {
+      work = tokenWork(om.config, om.store.layout);
+    } finally {
+      await om.close();
     }
+    Object.assign(report.speed as Record<string, unknown>, { memoryBandwidth: bw, maddRate: madd, tokenWork: work });
+    log(`${memoryBandwidthLine(bw)}, measured after the rounds`);
+    log(`${maddRateLine(madd)}, measured after the rounds`);
+    // (not --fast: its trunk is 7-bit blocks, fewer bytes, and its products integer dots)
+    const engines = [...lrows, ...orows].map((r) => ({ name: r.engine, threads: r.threads, pp: mean(r.ppTokS), tg: mean(r.tgTokS) }));
+    for (const line of rooflineLines(work, madd, bw, engines)) log(line);
+    log('(of the exact path\'s work; llama.cpp computes with the machine\'s widest vectors, so its prompt can pass the WebAssembly multiply-add ceiling; with an F16 or BF16 trunk its decode reads as many weight bytes as ours)');
     log(`notes: decode follows the ${pp}-token prompt (ours: ${oursPp}); ours decodes ${oursTg} tokens${oursTg !== tg ? ` (fewer than llama.cpp's ${tg}, to keep the run short)` : ''}.`);
     log(`      ours: ${fast ? 'WebAssembly kernels (Model.load)' : 'TypeScript reference kernels (Model.open), 1 thread'}; a llama.cpp row without an ours row at the same thread count is compared with ours at ${orows[0]?.threads ?? 1}.`);
     log(`      llama.cpp: CPU build bundled with node-llama-cpp 3.21.1, batch ${pp}, F16 KV cache, MXFP4 experts with 8-bit activations; ${perRound(reps) * rounds} reps (mean ± sd); ours ${perRound(oursReps) * rounds} rep(s); ${rounds} round(s), the engines taking turns; before each engine's reps, one untimed run as warm-up (the prompt and the decode steps).`);
