@@ -22,13 +22,13 @@ test('k3 bench --json: pp and tg rows for threads 1 and 2, mean ± sd, kernel ro
   assert.ok(typeof j.machine.cpu === 'string' && j.machine.cpu.length > 0 && j.machine.logical_cpus >= 1, JSON.stringify(j.machine));
 });
 
-test('k3 bench --profile: a per-token breakdown of decode per thread count, buckets within the token time', () => {
-  const r = spawnSync(process.execPath, [CLI, 'bench', path.join(GOLDEN, 'k3'), '-p', '0', '-n', '4', '-r', '1', '--threads-list', '1,2', '--profile', '--json'], { encoding: 'utf8' });
+test('k3 bench --profile: a per-token breakdown of the prompt and of decode per thread count, buckets within the token time', () => {
+  const r = spawnSync(process.execPath, [CLI, 'bench', path.join(GOLDEN, 'k3'), '-p', '8', '-n', '4', '-r', '1', '--threads-list', '1,2', '--profile', '--json'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   const j = JSON.parse(r.stdout);
-  assert.deepEqual(j.profile.map((p: { threads: number }) => p.threads), [1, 2]);
+  assert.deepEqual(j.profile.map((p: { test: string; threads: number }) => `${p.test} ${p.threads}`), ['pp8 1', 'tg4 1', 'pp8 2', 'tg4 2']);
   for (const p of j.profile) {
-    assert.equal(p.tokens, 4);
+    assert.equal(p.tokens, p.test === 'pp8' ? 8 : 4);
     const buckets = ['matmul', 'experts', 'fused', 'dispatch', 'wait', 'js'];
     assert.deepEqual(Object.keys(p.ms).sort(), [...buckets].sort());
     for (const b of buckets) assert.ok(p.ms[b] >= 0, `${b}: ${p.ms[b]}`);

@@ -44,8 +44,10 @@ function stats(xs: number[]): { mean: number; sd: number } {
   return { mean, sd };
 }
 
-/** Per-token breakdown of decode (--profile): milliseconds per bucket, the rest is JavaScript. */
+/** Per-token breakdown of decode or of a prompt (--profile): milliseconds per bucket, the rest is JavaScript. */
 interface ProfileRow {
+  /** tgN: per decoded token; ppP: per prompt token (one forward of P tokens, divided by P). */
+  test: string;
   threads: number;
   /** With --fast: the exact model's profile or the --fast one's. */
   path?: 'exact' | 'fast';
@@ -89,7 +91,7 @@ format of the model: GMAC/s and GB/s of weights for a matrix of its shape, T = 1
   -p N              prompt tokens (default 64; 0 skips pp)
   -n N              generated tokens (default 32; 0 skips tg)
   -r N              repetitions (default 5)
-  --profile         also a per-token breakdown of decode at each thread count: trunk matmul
+  --profile         also a per-token breakdown of the prompt and of decode at each thread count: trunk matmul
                     kernels (with the fused steps of a chained block: a KDA layer, an MLA token, a
                     block's input), expert kernels, fused pieces dispatched alone, dispatch (JS
                     around kernel calls), waits for workers, and the rest (JavaScript: routing,
@@ -186,31 +188,49 @@ ${MODEL_HELP}`,
             rows.push({ test: `tg${N}`, threads, ...pathOf(pth), tokens_per_second: { ...stats(runs), runs } });
           }
         }
-        if (values.profile && N > 0 && model.kernels) {
+        if (values.profile && model.kernels) {
           const kgp = model.kernels;
           if (!loadFast) kgp.fastExperts = false;
-          const prof = new KernelProfile();
-          let total = 0, tokens = 0;
-          for (let r = 0; r < R + 1; r++) {
-            const st = model.newState();
-            let next = ids(1, cfg.vocabSize, 300 + r)[0]!;
-            await model.forward(st, [next], 'last');
-            kgp.profile = r > 0 ? prof : null; // run 0 warms up
-            const t0 = performance.now();
-            for (let i = 0; i < N; i++) {
-              next = (next * 31 + 7) % cfg.vocabSize;
-              await model.forward(st, [next], 'last');
+          /** R timed runs after one that warms up, each `run` on a fresh sequence timed from `timed`. */
+          const profiled = async (test: string, perRun: number, run: (st: ReturnType<Model['newState']>, r: number, timed: () => void) => Promise<void>): Promise<void> => {
+            const prof = new KernelProfile();
+            let total = 0, tokens = 0;
+            for (let r = 0; r < R + 1; r++) {
+              const st = model.newState();
+              let t0 = 0;
+              await run(st, r, () => {
+                kgp.profile = r > 0 ? prof : null; // run 0 warms up
+                t0 = performance.now();
+              });
+              if (r > 0) {
+                total += performance.now() - t0;
+                tokens += perRun;
+              }
+              kgp.profile = null;
+              model.release(st);
             }
-            if (r > 0) {
-              total += performance.now() - t0;
-              tokens += N;
-            }
-            kgp.profile = null;
-            model.release(st);
+            const ms = Object.fromEntries(PROFILE_BUCKETS.map((b) => [b, prof.ms[b] / tokens])) as Record<ProfileBucket | 'js', number>;
+            ms.js = total / tokens - PROFILE_BUCKETS.reduce((a, b) => a + ms[b], 0);
+            profRows.push({ test, threads, ...(fastAll ? { path: loadFast ? 'fast' : 'exact' } : {}), tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
+          };
+          if (P > 0) {
+            await profiled(`pp${P}`, P, async (st, r, timed) => {
+              const prompt = ids(P, cfg.vocabSize, 400 + r);
+              timed();
+              await model.forward(st, prompt, 'last', P);
+            });
           }
-          const ms = Object.fromEntries(PROFILE_BUCKETS.map((b) => [b, prof.ms[b] / tokens])) as Record<ProfileBucket | 'js', number>;
-          ms.js = total / tokens - PROFILE_BUCKETS.reduce((a, b) => a + ms[b], 0);
-          profRows.push({ threads, ...(fastAll ? { path: loadFast ? 'fast' : 'exact' } : {}), tokens, ms_per_token: total / tokens, ms, calls_per_token: prof.calls / tokens, pooled_per_token: prof.pooled / tokens, solo_ms: prof.soloMs / tokens });
+          if (N > 0) {
+            await profiled(`tg${N}`, N, async (st, r, timed) => {
+              let next = ids(1, cfg.vocabSize, 300 + r)[0]!;
+              await model.forward(st, [next], 'last');
+              timed();
+              for (let i = 0; i < N; i++) {
+                next = (next * 31 + 7) % cfg.vocabSize;
+                await model.forward(st, [next], 'last');
+              }
+            });
+          }
         }
         const prompt = klIds ?? ids(64, cfg.vocabSize, 12345);
         const costOf = (base: Float32Array, got: Float32Array): Cost => {
@@ -279,11 +299,11 @@ ${MODEL_HELP}`,
       const cols: (ProfileBucket | 'js')[] = [...PROFILE_BUCKETS, 'js'];
       const pct = (r: ProfileRow, b: ProfileBucket | 'js'): string => `${r.ms[b].toFixed(2)} (${((100 * r.ms[b]) / r.ms_per_token).toFixed(0)}%)`;
       console.log('');
-      console.log(`decode profile, ms per token (tg${N}, ${R} runs; matmul = trunk products (and a chained block's fused steps), experts = dispatches of mxfp4/int4 products (with the shared expert when nothing is read), fused = fused pieces dispatched alone, js = the rest):`);
-      console.log(`| threads |${fastAll ? ' path |' : ''} ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
-      console.log(`| ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
-      for (const r of profRows) console.log(`| ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(0)} | ${r.pooled_per_token.toFixed(0)} | ${r.solo_ms.toFixed(2)} |`);
-      console.log('(pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
+      console.log(`profile, ms per token (${R} runs; pp: a ${P}-token prompt's forward per prompt token; tg: per decoded token; matmul = trunk products (and a chained block's fused steps), experts = dispatches of mxfp4/int4 products (with the shared expert when nothing is read), fused = fused pieces dispatched alone, js = the rest):`);
+      console.log(`| test | threads |${fastAll ? ' path |' : ''} ms/token | ${cols.join(' | ')} | kernel calls | pooled | solo ms |`);
+      console.log(`| --- | ---: |${fastAll ? ' --- |' : ''} ---: | ${cols.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+      for (const r of profRows) console.log(`| ${r.test} | ${r.threads} |${fastAll ? ` ${r.path} |` : ''} ${r.ms_per_token.toFixed(2)} | ${cols.map((b) => pct(r, b)).join(' | ')} | ${r.calls_per_token.toFixed(1)} | ${r.pooled_per_token.toFixed(1)} | ${r.solo_ms.toFixed(2)} |`);
+      console.log('(calls, pooled and solo per token too; pooled: calls split across the threads; solo: kernel time on the calling thread alone while workers idle)');
     }
     console.log('');
     console.log(`machine: ${machineLine()}`);
