@@ -45,6 +45,21 @@ export const TILE_ROWS = 2;
 export const TILE_MIN_T = 4;
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
+/** Column chunks of the tiled path's lane-group passes: rows wider than TILE_CHUNK_FROM columns are
+ *  walked in chunks of at most TILE_CHUNK_COLS (evenly split), each chunk's four passes in turn,
+ *  the accumulators kept between chunks; every lane still adds its columns in ascending order, so
+ *  the bytes are the same. Why: a pass walks one lane group of two rows' decoded f32 values and of
+ *  a tile's activations; over a whole wide row the two rows and the tile outgrow L1 (K3's 7168
+ *  columns: 57 KB of rows, 114 KB of tile) and each of the four passes rereads them from L2.
+ *  Measured in one process taking turns (AMD EPYC Zen 5, 1 thread, bf16, T = 64, GMAC/s, medians
+ *  of 7): 64x7168 whole rows 13.7-16.4, chunks of 1024 16.1-20.4, of 2048 15.9-19.9; 32x18432
+ *  10.8-14.0 -> 13.0-16.6 (1024), 12.3-16.4 (2048); 2 threads 128x7168 28.1 -> 31.0; 4096
+ *  columns measured no gain from chunks (0.94-1.03), so rows up to TILE_CHUNK_FROM stay whole;
+ *  mxfp4 at T = 4..16 neither gains nor loses. A K3 checkpoint with the real layer sizes (k3 synth
+ *  --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), 64-token prompt, resident: 1
+ *  thread 7.46 -> 6.56 s, 2 threads 3.54 -> 3.16 s, the same logits. */
+export const TILE_CHUNK_COLS = 1024;
+export const TILE_CHUNK_FROM = 4096;
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */
 export const TILE_SCRATCH = 2 * 16 * 4 * 16 + 64;
 export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4'];

@@ -34,7 +34,7 @@ import { addKdaBlock } from './kda-block.js';
 import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 import {
-  Q8_SDT, Q7_SDT, type Perm, PERMS, type Fmt, MM_PERM, ROWS, TILE_ROWS, TILE_MIN_T, TILE_PERM,
+  Q8_SDT, Q7_SDT, type Perm, PERMS, type Fmt, MM_PERM, ROWS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_CHUNK_COLS, TILE_CHUNK_FROM,
   FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, mac, finalize, bf16At,
   type Generated, type Gen, newGen, reg, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
@@ -43,7 +43,7 @@ import { MM1_MIN_DIST, addSingleTokenMatmul } from './mm1.js';
 
 export {
   Q8_SDT, Q7_SDT, CTRL_BYTES, MX_PLANES, FP8_TAB, CONST_END, KCONST, type Perm, PERMS, type Fmt,
-  MM_PERM, TILE_TOKENS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_SCRATCH, FMTS, type GenOptions,
+  MM_PERM, TILE_TOKENS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_CHUNK_COLS, TILE_CHUNK_FROM, TILE_SCRATCH, FMTS, type GenOptions,
   type Generated, finalize, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
 export { MM1_ROWS, MM1_MIN_DIST, MM1_CHUNK_COLS, MM1_DEC_ROWS, MX_CHUNK_GROUPS } from './mm1.js';
@@ -60,7 +60,9 @@ export { MM1_ROWS, MM1_MIN_DIST, MM1_CHUNK_COLS, MM1_DEC_ROWS, MX_CHUNK_GROUPS }
 // vector once for both rows, and the activations stream contiguously. Each lane is an
 // independent chain, so splitting the 16 lanes into passes changes nothing: every output element
 // sees the canonical per-lane fused multiply-add sequence, then the fixed combine and the
-// sequential tail ----
+// sequential tail. Rows wider than TILE_CHUNK_FROM columns are walked in column chunks, the four
+// passes over one chunk before the next (gen.ts TILE_CHUNK_COLS: what one pass walks then stays in
+// L1), the accumulators kept in scratch between chunks ----
 function addTiledMatmul(gen: Gen, dec: Decoders): void {
   const TT = gen.TT;
   const TR = gen.opts.tileRows ?? TILE_ROWS;
@@ -74,12 +76,20 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
     const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
     const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
-    const hv = f.local('hv', V128);
+    const hv = f.local('hv', V128), nb = f.local('nb', I32), cw = f.local('cw', I32);
     const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
     const S = (i: number): Code => addp(P('scratch'), i32.mul(get(rowb), i32.const(i)));
     f.prologue.push(
       set(colsb, i32.shl(P('cols'), i32.const(2))),
       set(n16, i32.and(P('cols'), i32.const(-16))),
+      set(nb, i32.shr_u(get(n16), i32.const(4))),
+      // blocks a column chunk: all of them up to TILE_CHUNK_FROM columns, else as even a split as
+      // TILE_CHUNK_COLS-column chunks allow
+      set(cw, get(nb)),
+      if_(i32.gt_u(get(n16), i32.const(TILE_CHUNK_FROM)), [
+        set(cw, i32.div_u(i32.add(get(nb), i32.const(TILE_CHUNK_COLS / 16 - 1)), i32.const(TILE_CHUNK_COLS / 16))),
+        set(cw, i32.div_u(i32.sub(i32.add(get(nb), get(cw)), i32.const(1)), get(cw))),
+      ]),
       // scratch: [decoded bf16 row][f32 row 0][f32 row 1][accumulators between passes]
       set(rowb, i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64))),
       set(RP[0]!, S(1)), set(RP[1]!, S(2)),
@@ -109,6 +119,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     };
     const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
     const PR = [0, 1].map((i) => f.local(`pr${i}`, I32));
+    const cb = f.local('cb', I32), ce = f.local('ce', I32);
     const group = (tt: number, nr: number): Code[] => {
       // lane groups per pass: enough independent chains (nr*gg*tt) to hide the add latency, few
       // enough registers (V8 hoists the gg*tt activation loads: nr*gg*tt + gg*tt + nr*gg <= 15)
@@ -118,12 +129,16 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
       const out: Code[] = [];
       const G = Array.from({ length: gg }, (_, g) => g);
       const R = Array.from({ length: nr }, (_, i) => i);
+      const passes: Code[] = [];
+      const slot = (i: number, k0: number, g: number, j: number): number => (((i * 4) + k0 + g) * tt + j) * 16;
       for (let k0 = 0; k0 < 4; k0 += gg) {
-        out.push(
-          ...A.flat(2).map((a) => set(a, ZERO)),
-          ...R.map((i) => set(PR[i]!, get(RP[i]!))),
-          ...G.map((g) => set(QG[g]!, addp(get(xg), i32.mul(get(n16), i32.const(tt * (k0 + g)))))),
-          set(qend, addp(get(QG[0]!), i32.mul(get(n16), i32.const(tt)))),
+        passes.push(
+          // the first chunk starts from zero, the others from where the previous chunk left off
+          if_(i32.eqz(get(cb)), A.flat(2).map((a) => set(a, ZERO)),
+            R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => set(a, v128.load(get(ab), slot(i, k0, g, j))))))),
+          ...R.map((i) => set(PR[i]!, addp(get(RP[i]!), i32.shl(get(cb), i32.const(6))))),
+          ...G.map((g) => set(QG[g]!, addp(get(xg), addp(i32.mul(get(n16), i32.const(tt * (k0 + g))), i32.mul(get(cb), i32.const(16 * tt)))))),
+          set(qend, addp(get(QG[0]!), i32.mul(i32.sub(get(ce), get(cb)), i32.const(16 * tt)))),
           block(loop(br_if(1, i32.ge_u(get(QG[0]!), get(qend))),
             ...G.flatMap((g) => [
               ...R.map((i) => set(W[i]![g]!, v128.load(get(PR[i]!), 16 * (k0 + g)))),
@@ -136,9 +151,20 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
             ]),
             ...R.map((i) => set(PR[i]!, i32.add(get(PR[i]!), i32.const(64)))),
             ...G.map((g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
-          ...R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => v128.store(get(ab), get(a), (((i * 4) + k0 + g) * tt + j) * 16)))),
+          ...R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => v128.store(get(ab), get(a), slot(i, k0, g, j))))),
         );
       }
+      // the column chunks (TILE_CHUNK_COLS), at least one: rows shorter than 16 columns are all tail
+      out.push(
+        set(cb, i32.const(0)),
+        loop(
+          set(ce, i32.add(get(cb), get(cw))),
+          if_(i32.gt_u(get(ce), get(nb)), [set(ce, get(nb))]),
+          ...passes,
+          set(cb, get(ce)),
+          br_if(0, i32.lt_u(get(cb), get(nb))),
+        ),
+      );
       for (const i of R) {
         // token j's tail at xg + n16*4*tt + j*(cols - n16)*4
         out.push(set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt)))));
