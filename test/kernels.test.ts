@@ -6,7 +6,7 @@ import * as ref from '../src/kernels/ref.js';
 import type { WeightView, WeightFormat } from '../src/formats/weight.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { relaxedSimdAvailable } from '../src/kernels/wasm/loader.js';
-import { generate, FMTS, TILE_CHUNK_COLS, TILE_CHUNK_FROM } from '../src/kernels/wasm/kernels.js';
+import { generate, FMTS, TILE_CHUNK_COLS, TILE_CHUNK_FROM, MM1_WIDE_ROWS, MM1_WIDE_FROM } from '../src/kernels/wasm/kernels.js';
 import { writeMatmulOp } from '../src/kernels/pool.js';
 import { f32ToBf16, FP8_TABLE } from '../src/formats/dtypes.js';
 import { xorshift } from './helpers.js';
@@ -183,6 +183,23 @@ test(`tiled path, rows wider than TILE_CHUNK_FROM (${TILE_CHUNK_FROM}) columns: 
         k.matmul(w, x, T, y);
         sameBytes(y, want, `${w.name} T=${T} threads=${k.threads} relaxed=${k.relaxed}`);
       }
+    }
+  }
+});
+
+test(`single-token path, stored rows wider than MM1_WIDE_FROM (${MM1_WIDE_FROM}) columns: ${MM1_WIDE_ROWS} rows at a time, the same bytes as ref`, () => {
+  // 37 rows: 4 groups of 9 (rows j, j+9, j+18, j+27) and one alone; 4117 columns: a tail of 5;
+  // 4096: not wide (two rows at a time); on 2 threads the pieces are narrower and take either path
+  const cases: [WeightFormat, number, number][] = [['bf16', 37, 4117], ['f32', 33, 4112], ['bf16', 64, 8192], ['bf16', 40, 4096]];
+  for (const [format, rows, cols] of cases) {
+    const w = makeWeight(format, rows, cols);
+    const x = randX(cols);
+    const want = new Float32Array(rows);
+    ref.matmul(w, x, 1, want);
+    for (const k of [k1, k2, k2s]) {
+      const y = new Float32Array(rows);
+      k.matmul(w, x, 1, y);
+      sameBytes(y, want, `${w.name} T=1 threads=${k.threads} relaxed=${k.relaxed}`);
     }
   }
 });

@@ -46,7 +46,7 @@ export {
   MM_PERM, TILE_TOKENS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_CHUNK_COLS, TILE_CHUNK_FROM, TILE_SCRATCH, FMTS, type GenOptions,
   type Generated, finalize, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
-export { MM1_ROWS, MM1_MIN_DIST, MM1_CHUNK_COLS, MM1_DEC_ROWS, MX_CHUNK_GROUPS } from './mm1.js';
+export { MM1_ROWS, MM1_WIDE_ROWS, MM1_WIDE_FROM, MM1_MIN_DIST, MM1_CHUNK_COLS, MM1_DEC_ROWS, MX_CHUNK_GROUPS } from './mm1.js';
 
 // ---- tiled multi-token matmul (T >= 2). The activations come as tiles of TT tokens (the last
 // tile has T mod TT tokens, tt). A tile is 4 regions, one per lane group k (the 4 lanes holding

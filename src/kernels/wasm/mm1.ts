@@ -29,6 +29,21 @@ import type { Madd } from './fma.js';
  *  L2 3 rows win, 15.0 vs 12.7: no spills, the streams are what costs), neighbouring 5.4-6.8;
  *  with the chunked passes below, 2 far 13.6-14.4, 3 far 11.7-13.0, 4 far 10.0. */
 export const MM1_ROWS = 2;
+/** Stored rows wider than MM1_WIDE_FROM columns go MM1_WIDE_ROWS at a time (far apart, the same
+ *  two lane-group passes over chunks), so that each activation vector loaded serves four rows.
+ *  Why: a row's activations are 4 bytes a column, twice its bf16 weights; past ~4096 columns
+ *  (16 KB) they no longer stay in L1 while two rows' weights stream through it, and every row
+ *  pair rereads them from L2 (wrapping the activation reads to 8 KB of a 7168-column row, for the
+ *  test, took it from 8.0 to 14.8 GMAC/s). Measured in one process taking turns (AMD EPYC Zen 5,
+ *  bf16 from DRAM, T = 1, GMAC/s, medians of 5; a noisy machine): 1 thread 1024x7168 two rows
+ *  6.8-9.0, four 8.2-12.3 (three 7.6-9.6); 512x12288 5.8-8.2 -> 7.8-12.5; 1024x5120 6.3-9.5 ->
+ *  7.5-11.0; 2 threads 1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4. At 3072 columns four rows
+ *  measured 0.69-1.02x, at 2048 and 4096 no gain: those keep MM1_ROWS. A K3 checkpoint with the real
+ *  layer sizes (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode,
+ *  resident: 1 thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows
+ *  (twice the bytes) take it too (0.91-1.04x: bound by memory either way). */
+export const MM1_WIDE_ROWS = 4;
+export const MM1_WIDE_FROM = 4096;
 export const MM1_MIN_DIST = 8;
 /** Columns per chunk of the single-token product's lane-group passes (rowsBody): the rows' passes
  *  take turns chunk by chunk (pass 1 then pass 2 over columns 0..255, then over 256..511, ...)
@@ -394,13 +409,25 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
     // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
     const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
     const { f, P, qd, args, setQd } = entry(NRg);
+    const narrow = if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
+      chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
+      : call(reg(group), ...args(P('r0')), get(qd)),
+      call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
+    ], [call(reg(one), ...args(P('r0')))]);
+    if (!inPlace) {
+      f.body = [setQd, narrow];
+      continue;
+    }
+    // wide stored rows at T = 1 (more than MM1_WIDE_FROM columns): MM1_WIDE_ROWS rows at a time
+    const wide = rowFn('mm1w', MM1_WIDE_ROWS, [[0, 1], [2, 3]]);
+    const qw = f.local('qw', I32);
     f.body = [
       setQd,
-      if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
-        chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
-        : call(reg(group), ...args(P('r0')), get(qd)),
-        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
-      ], [call(reg(one), ...args(P('r0')))]),
+      set(qw, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_WIDE_ROWS))),
+      if_(i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.gt_u(P('cols'), i32.const(MM1_WIDE_FROM))), i32.ge_u(get(qw), i32.const(MM1_MIN_DIST))), [
+        call(reg(wide), ...args(P('r0')), get(qw)),
+        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qw), i32.const(MM1_WIDE_ROWS))))),
+      ], [narrow]),
     ];
   }
   return mm1;
