@@ -129,22 +129,25 @@ test('relaxed SIMD: available on this Node, and switchable', () => {
   assert.equal(k2.threads, 2);
 });
 
+/** y = W x for T tokens on 1 thread, 2 threads (every call split) and 2 without relaxed SIMD: the bytes of ref.ts. */
+function matmulMatchesRef(w: WeightView, T: number, what: string): void {
+  const x = randX(T * w.cols);
+  const want = new Float32Array(T * w.rows);
+  ref.matmul(w, x, T, want);
+  for (const k of [k1, k2, k2s]) {
+    const y = new Float32Array(T * w.rows);
+    k.matmul(w, x, T, y);
+    sameBytes(y, want, `${w.name} ${what} T=${T} threads=${k.threads} relaxed=${k.relaxed}`);
+  }
+}
+
 for (const format of FORMATS) {
   test(`matmul ${format}: fast == ref, bytes, for T 1..64 (single-token and tiled paths), threads 1/2, relaxed on/off`, () => {
     for (const [rows, cols] of SHAPES[format]) {
       const dtypes = format === 'int4' || format === 'fp8' ? (['F32', 'BF16', 'F16'] as const) : (['F32'] as const);
       for (const sdt of dtypes) {
         const w = makeWeight(format, rows, cols, sdt);
-        for (const T of TS) {
-          const x = randX(T * cols);
-          const want = new Float32Array(T * rows);
-          ref.matmul(w, x, T, want);
-          for (const k of [k1, k2, k2s]) {
-            const y = new Float32Array(T * rows);
-            k.matmul(w, x, T, y);
-            sameBytes(y, want, `${w.name} ${sdt} T=${T} threads=${k.threads} relaxed=${k.relaxed}`);
-          }
-        }
+        for (const T of TS) matmulMatchesRef(w, T, sdt);
       }
     }
   });
@@ -174,16 +177,7 @@ test(`tiled path, rows wider than TILE_CHUNK_FROM (${TILE_CHUNK_FROM}) columns: 
   assert.ok(TILE_CHUNK_FROM === 4096 && TILE_CHUNK_COLS === 1024);
   for (const [format, rows, cols] of cases) {
     const w = makeWeight(format, rows, cols);
-    for (const T of [4, 5, 9]) {
-      const x = randX(T * cols);
-      const want = new Float32Array(T * rows);
-      ref.matmul(w, x, T, want);
-      for (const k of [k1, k2, k2s]) {
-        const y = new Float32Array(T * rows);
-        k.matmul(w, x, T, y);
-        sameBytes(y, want, `${w.name} T=${T} threads=${k.threads} relaxed=${k.relaxed}`);
-      }
-    }
+    for (const T of [4, 5, 9]) matmulMatchesRef(w, T, 'wide');
   }
 });
 
@@ -191,17 +185,7 @@ test(`single-token path, stored rows wider than MM1_WIDE_FROM (${MM1_WIDE_FROM})
   // 37 rows: 4 groups of 9 (rows j, j+9, j+18, j+27) and one alone; 4117 columns: a tail of 5;
   // 4096: not wide (two rows at a time); on 2 threads the pieces are narrower and take either path
   const cases: [WeightFormat, number, number][] = [['bf16', 37, 4117], ['f32', 33, 4112], ['bf16', 64, 8192], ['bf16', 40, 4096]];
-  for (const [format, rows, cols] of cases) {
-    const w = makeWeight(format, rows, cols);
-    const x = randX(cols);
-    const want = new Float32Array(rows);
-    ref.matmul(w, x, 1, want);
-    for (const k of [k1, k2, k2s]) {
-      const y = new Float32Array(rows);
-      k.matmul(w, x, 1, y);
-      sameBytes(y, want, `${w.name} T=1 threads=${k.threads} relaxed=${k.relaxed}`);
-    }
-  }
+  for (const [format, rows, cols] of cases) matmulMatchesRef(makeWeight(format, rows, cols), 1, 'wide');
 });
 
 test('mxfp4 edge scales (subnormal results, 255 = zero) and bf16 subnormals', () => {
