@@ -121,8 +121,9 @@ async function measureKernels(cfg: ModelConfig, mxfp4Experts: boolean, threads: 
       const t = time(fmt, rows, cols, Math.max(1, Math.round(PROBE_BYTES / bytes)));
       return t.bytes / t.seconds;
     };
-    // Matrices of 32 MiB (BF16) and 16 MiB (MXFP4), PROBE_BYTES of each
-    const cols = Math.min(D, 4096);
+    // Matrices of 32 MiB (BF16) and 16 MiB (MXFP4), PROBE_BYTES of each; the trunk's as wide as
+    // the hidden size (up to 16384), since wide rows take their own path (wasm/mm1.ts MM1_WIDE_ROWS)
+    const cols = Math.min(D, 16384);
     const trunk = rate('bf16', Math.ceil((32 * MiB) / (cols * 2)), cols, 32 * MiB);
     const ecols = Math.min(latent, 4096);
     const experts = mxfp4Experts && latent % 32 === 0 ? rate('mxfp4', Math.ceil((16 * MiB) / ((ecols * 17) / 32)), ecols, 16 * MiB) : null;
