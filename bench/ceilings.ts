@@ -152,9 +152,9 @@ export function maddRateLine(m: MaddRate): string {
  * experts per MoE layer, each a different one). Attention's own products (the scores, a few per
  * cached position) are left out: small beside the weights at the contexts benched.
  */
-export function tokenWork(cfg: ModelConfig, layout: Layout, headName = /lm_head$/): { promptMacs: number; decodeBytes: number } {
+export function tokenWork(cfg: ModelConfig, layout: Layout): { promptMacs: number; decodeBytes: number } {
   let trunk = 0;
-  for (const [name, m] of layout.matrices) if (!headName.test(name)) trunk += m.rows * m.cols;
+  for (const [name, m] of layout.matrices) if (!name.endsWith('lm_head')) trunk += m.rows * m.cols;
   const active = layout.moeLayers * Math.min(cfg.moe.topK, cfg.moe.experts);
   const moeLayer = cfg.layers.findIndex((L) => L.ffn === 'moe');
   const expertMacs = moeLayer < 0 || layout.expertBytes === 0 ? 0 : layout.experts(moeLayer, 0).reduce((a, p) => a + p.rows * p.cols, 0);

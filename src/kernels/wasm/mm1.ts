@@ -378,19 +378,21 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
       const P = (name: string) => get(f.p(name));
       const qd = f.local('qd', I32);
       const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
-      return { f, P, qd, args, setQd: set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(n))) };
+      /** The rows after q groups of g (rows r0 + q*g ..), one at a time. */
+      const rest = (q: number, g: number): Code => call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(q), i32.const(g)))));
+      return { f, P, qd, args, rest, setQd: set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(n))) };
     };
     if (fmt === 'int4' || fmt === 'fp8') {
       // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
       // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
       const c4 = addMm1Chunked(gen, fmt);
-      const { f, P, qd, args, setQd } = entry(MM1_DEC_ROWS);
+      const { f, P, qd, args, rest, setQd } = entry(MM1_DEC_ROWS);
       f.body = [
         setQd,
         set(qd, select(get(qd), i32.const(0), i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.lt_u(P('sdt'), i32.const(2))),
           i32.eqz(i32.and(P('cols'), i32.const(31)))))),
         block(br_if(0, i32.eqz(get(qd))), call(reg(c4), ...args(P('r0')), get(qd))),
-        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(MM1_DEC_ROWS))))),
+        rest(qd, MM1_DEC_ROWS),
       ];
       continue;
     }
@@ -408,11 +410,11 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
     const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
     // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
     const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
-    const { f, P, qd, args, setQd } = entry(NRg);
+    const { f, P, qd, args, rest, setQd } = entry(NRg);
     const narrow = if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
       chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])
       : call(reg(group), ...args(P('r0')), get(qd)),
-      call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qd), i32.const(NRg))))),
+      rest(qd, NRg),
     ], [call(reg(one), ...args(P('r0')))]);
     if (!inPlace) {
       f.body = [setQd, narrow];
@@ -426,7 +428,7 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
       set(qw, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(MM1_WIDE_ROWS))),
       if_(i32.and(i32.and(i32.eq(P('T'), i32.const(1)), i32.gt_u(P('cols'), i32.const(MM1_WIDE_FROM))), i32.ge_u(get(qw), i32.const(MM1_MIN_DIST))), [
         call(reg(wide), ...args(P('r0')), get(qw)),
-        call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(qw), i32.const(MM1_WIDE_ROWS))))),
+        rest(qw, MM1_WIDE_ROWS),
       ], [narrow]),
     ];
   }
