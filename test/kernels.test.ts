@@ -183,8 +183,10 @@ test(`tiled path, rows wider than TILE_CHUNK_FROM (${TILE_CHUNK_FROM}) columns: 
 
 test(`single-token path, stored rows wider than MM1_WIDE_FROM (${MM1_WIDE_FROM}) columns: ${MM1_WIDE_ROWS} rows at a time, the same bytes as ref`, () => {
   // 37 rows: 4 groups of 9 (rows j, j+9, j+18, j+27) and one alone; 4117 columns: a tail of 5;
-  // 4096: not wide (two rows at a time); on 2 threads the pieces are narrower and take either path
-  const cases: [WeightFormat, number, number][] = [['bf16', 37, 4117], ['f32', 33, 4112], ['bf16', 64, 8192], ['bf16', 40, 4096]];
+  // 3584, 4096: wide; 3072: not (two rows at a time); on 2 threads the pieces are narrower and
+  // take either path
+  assert.equal(MM1_WIDE_FROM, 3072);
+  const cases: [WeightFormat, number, number][] = [['bf16', 37, 4117], ['f32', 33, 4112], ['bf16', 64, 8192], ['bf16', 40, 4096], ['bf16', 36, 3584], ['bf16', 40, 3072]];
   for (const [format, rows, cols] of cases) matmulMatchesRef(makeWeight(format, rows, cols), 1, 'wide');
 });
 

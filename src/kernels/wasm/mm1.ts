@@ -41,9 +41,18 @@ export const MM1_ROWS = 2;
  *  measured 0.69-1.02x, at 2048 and 4096 no gain: those keep MM1_ROWS. A K3 checkpoint with the real
  *  layer sizes (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode,
  *  resident: 1 thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows
- *  (twice the bytes) take it too (0.91-1.04x: bound by memory either way). */
+ *  (twice the bytes) take it too (0.91-1.04x: bound by memory either way).
+ *  Four rows' two lane groups are 8 accumulators, and with the 2 activation vectors, the 4 rows'
+ *  weight vectors (V8 loads them ahead) and the odd columns' mask constant V8 ran out of xmm
+ *  registers: one accumulator lived on the stack, a store and a reload on its multiply-add chain
+ *  (`--print-wasm-code`). The wide rows widen their odd columns without the mask (srcBF16's
+ *  noMask): from 64 rows in L2, 7168 columns went from 12.8 to 18.3 GMAC/s; from DRAM (AMD EPYC
+ *  Zen 5, one process taking turns, medians of 5) 1 thread 1024x7168 13.3 -> 14.9, 7168x7168
+ *  12.9 -> 14.9, 512x12288 13.6 -> 15.2; 2 threads +8-12%. Then four rows also beat two at 3584
+ *  and 4096 columns from DRAM (1 thread 1024x4096 12.8-13.7 -> 15.2-15.4; 2560 columns lost
+ *  0.87-0.92x, 3072 was even): MM1_WIDE_FROM went from 4096 to 3072. */
 export const MM1_WIDE_ROWS = 4;
-export const MM1_WIDE_FROM = 4096;
+export const MM1_WIDE_FROM = 3072;
 export const MM1_MIN_DIST = 8;
 /** Columns per chunk of the single-token product's lane-group passes (rowsBody): the rows' passes
  *  take turns chunk by chunk (pass 1 then pass 2 over columns 0..255, then over 256..511, ...)
@@ -177,18 +186,32 @@ function srcF32(base: number, stride: number): RowSource {
     tail: (f, i, c) => f32.load(addp(get(f.local(`p${i}`, I32)), i32.shl(i32.sub(c, i32.and(get(f.p('cols')), i32.const(-16))), i32.const(2)))),
   };
 }
-function srcBF16(gen: Gen, base: number, stride: number): RowSource {
+function srcBF16(gen: Gen, base: number, stride: number, noMask = false): RowSource {
   return {
     stepCols: 16,
     ...rowPointer(base, stride, 1),
     step: (f, i, emit, ks = [0, 1, 2, 3]) => {
       // accumulators 0, 1 take the first 8 columns of the step (v), 2, 3 the next 8 (u)
-      const v = f.local('v', V128), u = f.local('u', V128), hi16 = gen.K(f, HI16_BYTES);
-      const half = (h: number, r: number): Code[] => [
-        set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
-        ...(ks.includes(2 * h) ? [emit(2 * h, i32x4.shl(get(r), i32.const(16)))] : []),
-        ...(ks.includes(2 * h + 1) ? [emit(2 * h + 1, v128.and(get(r), get(hi16)))] : []),
-      ];
+      const v = f.local('v', V128), u = f.local('u', V128), e = f.local('e', V128);
+      const half = (h: number, r: number): Code[] => {
+        const both = ks.includes(2 * h) && ks.includes(2 * h + 1);
+        if (noMask && both) {
+          // the odd columns without the mask constant (one register fewer): r with its low half
+          // cleared, r ^ (even >> 16), the same bits as r & HI16
+          return [
+            set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
+            set(e, i32x4.shl(get(r), i32.const(16))),
+            emit(2 * h, get(e)),
+            emit(2 * h + 1, v128.xor(get(r), i32x4.shr_u(get(e), i32.const(16)))),
+          ];
+        }
+        const hi16 = gen.K(f, HI16_BYTES);
+        return [
+          set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
+          ...(ks.includes(2 * h) ? [emit(2 * h, i32x4.shl(get(r), i32.const(16)))] : []),
+          ...(ks.includes(2 * h + 1) ? [emit(2 * h + 1, v128.and(get(r), get(hi16)))] : []),
+        ];
+      };
       return [...(ks.some((k) => k < 2) ? half(0, v) : []), ...(ks.some((k) => k >= 2) ? half(1, u) : [])];
     },
     advance: (f, i) => [set(f.local(`p${i}`, I32), i32.add(get(f.local(`p${i}`, I32)), i32.const(32)))],
@@ -337,7 +360,7 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
     const perm = MM_PERM[fmt];
     const inPlace = kind === 'f32' || kind === 'bf16';
     /** Rows [r0, r1) (nr = 1), or the groups of rows j + i*qd, i < nr, for j in [r0, r0 + qd). */
-    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[]): Fn => {
+    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[], noMask = false): Fn => {
       const f = gen.fnx(`${name}_${fmt}`, nr === 1 ? MM_PARAMS : { ...MM_PARAMS, qd: I32 }, null, false);
       const P = (n: string) => get(f.p(n));
       const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
@@ -346,7 +369,7 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
         set(colsb, i32.shl(P('cols'), i32.const(2))),
         set(rowb, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
       );
-      const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride) : srcF32(base, stride);
+      const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride, noMask) : srcF32(base, stride);
       const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
       const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
       const decFn = inPlace ? -1 : reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!);
@@ -421,7 +444,7 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
       continue;
     }
     // wide stored rows at T = 1 (more than MM1_WIDE_FROM columns): MM1_WIDE_ROWS rows at a time
-    const wide = rowFn('mm1w', MM1_WIDE_ROWS, [[0, 1], [2, 3]]);
+    const wide = rowFn('mm1w', MM1_WIDE_ROWS, [[0, 1], [2, 3]], true);
     const qw = f.local('qw', I32);
     f.body = [
       setQd,
