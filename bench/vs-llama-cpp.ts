@@ -51,6 +51,10 @@
 //   --rounds R             the engines take turns R times (default 3), each round running
 //                          ceil(reps / R) of each engine's repetitions, so drift hits all alike
 //   --trunk f16|bf16|f32   GGUF trunk type for the speed part (default f16)
+//   --shape k3-medium|k3-real  the speed part's checkpoint (default k3-medium); k3-real: K3's real
+//                          layer and expert widths (hidden 7168, 96 KDA / MLA heads, experts of 3072
+//                          in the 3584 latent, 2 shared), 2 layers (KDA then MLA, both MoE), 16
+//                          experts all firing (K3's 16 a token), vocab 32768: 3.6 GB, GGUF as large
 //   --ours-fast            also measure our opt-in --fast path (7-bit trunk blocks, 8-bit activations)
 //   --no-fallback          do not retry a failed llama.cpp speed run with another GGUF variant
 //   --simulate-abort       make the first llama.cpp speed child abort as on the AMX machine (to check
@@ -137,6 +141,19 @@ export async function cpuLlama(nlc: NodeLlamaCpp): Promise<LlamaT> {
 // Checkpoints and GGUFs (cached)
 
 /** Synthesize (or reuse) a checkpoint, then write (or reuse) its GGUF. */
+/** The speed part's checkpoints (--shape): what the log calls them, the directory name under
+ *  --models, and the synth options (both vocab 32768, which the ids of the prompts assume). */
+type SpeedShape = 'k3-medium' | 'k3-real';
+const SPEED_SHAPES: Record<SpeedShape, { what: string; name: string; synth: Omit<SynthOptions, 'arch' | 'out'> & { vocab: number } }> = {
+  'k3-medium': { what: 'k3-medium', name: 'k3-medium-mxfp4', synth: { preset: 'k3-medium', vocab: 32768 } },
+  // K3's real widths; two layers so that both attention kinds are in (the real K3 has MLA every
+  // 4th layer and one dense layer of 93, left out: it would weigh 1 of 2 here)
+  'k3-real': {
+    what: 'K3 real layer sizes (2 layers: KDA, MLA; 16 experts, all firing)', name: 'k3-real-2l-mxfp4',
+    synth: { preset: 'k3-real-layers', layers: 2, firstDense: 0, mlaLayers: [2], experts: 16, vocab: 32768 },
+  },
+};
+
 export async function prepareModel(
   synth: SynthOptions,
   gguf: string,
@@ -585,6 +602,7 @@ async function main(): Promise<void> {
       rounds: { type: 'string', default: '3' },
       'ours-reps': { type: 'string' },
       trunk: { type: 'string', default: 'f16' },
+      shape: { type: 'string', default: 'k3-medium' },
       'no-fallback': { type: 'boolean', default: false },
       'simulate-abort': { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
@@ -603,6 +621,8 @@ async function main(): Promise<void> {
   if (only && only !== 'agree' && only !== 'speed') throw new Error('--only takes agree or speed');
   const trunk = values.trunk as TrunkFormat;
   if (!['f16', 'bf16', 'f32'].includes(trunk)) throw new Error('--trunk takes f16, bf16 or f32');
+  const shape = Object.hasOwn(SPEED_SHAPES, values.shape!) ? SPEED_SHAPES[values.shape as SpeedShape] : null;
+  if (!shape) throw new Error(`--shape takes ${Object.keys(SPEED_SHAPES).join(' or ')}`);
   const modelsDir = path.resolve(values.models ?? path.join(ROOT, 'models', 'bench'));
   const pp = intList(values.pp)[0]!;
   const tg = intList(values.tg)[0]!;
@@ -642,15 +662,16 @@ async function main(): Promise<void> {
   }
 
   if (!only || only === 'speed') {
-    log(`== Speed: k3-medium, MXFP4 experts; GGUF trunk ${trunk.toUpperCase()}, experts MXFP4 (lossless repack) ==`);
+    log(`== Speed: ${shape.what}, MXFP4 experts; GGUF trunk ${trunk.toUpperCase()}, experts MXFP4 (lossless repack) ==`);
+    const synth: SynthOptions = { ...shape.synth, arch: 'k3', out: path.join(modelsDir, shape.name) };
     const m = await prepareModel(
-      { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
-      path.join(modelsDir, `k3-medium-mxfp4.${trunk}.gguf`),
+      synth,
+      path.join(modelsDir, `${shape.name}.${trunk}.gguf`),
       { trunk, experts: 'mxfp4' },
       log,
     );
     log(`checkpoint ${formatBytes(m.checkpointBytes)}, GGUF ${formatBytes(m.ggufBytes)}, ${(m.params / 1e9).toFixed(3)} B params`);
-    const V = 32768;
+    const V = shape.synth.vocab;
     // The requested trunk, then once (after a failure) BF16, or F32 when BF16 was the one that failed.
     const variants: TrunkFormat[] = values['no-fallback'] ? [trunk] : [trunk, trunk === 'bf16' ? 'f32' : 'bf16'];
     const failures: { gguf: TrunkFormat; reason: string }[] = [];
@@ -668,8 +689,8 @@ async function main(): Promise<void> {
       if (rounds > 1) log(`  round ${round + 1} of ${rounds}`);
       for (const [i, v] of (chosen ? [chosen] : variants).entries()) {
         const g = v === trunk ? m : await prepareModel(
-          { arch: 'k3', preset: 'k3-medium', out: path.join(modelsDir, 'k3-medium-mxfp4') },
-          path.join(modelsDir, `k3-medium-mxfp4.${v}.gguf`),
+          synth,
+          path.join(modelsDir, `${shape.name}.${v}.gguf`),
           { trunk: v, experts: 'mxfp4' },
           log,
         );
