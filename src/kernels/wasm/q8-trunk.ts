@@ -196,6 +196,7 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
   const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
   const acc = f.local('acc', F32), u = f.local('u', F32);
   const wl = L('wl', V128), wh = L('wh', V128), bs = L('bs', V128), sw = L('sw', V128);
+  const vo = L('vo');
   const TTMAX = 4;
   const per = (n: string, ty: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, ty));
   const qk = per('q'), dk = per('dp'), ck = per('cp');
@@ -220,15 +221,15 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
   /** Word vector v of a group (one word of each of its 4 blocks, groupWordsPos) dotted with the
    *  token's vector at a + 16 v, added into its sums: relaxed, lane i of ak is block i's (the pair
    *  sums widened by a dot with ones); plain, ak holds blocks (0, 0, 1, 1) and ah (2, 2, 3, 3). */
-  const dotWords = (k: number, a: number, v: number): Code[] => relaxed && dotAdd
-    ? [set(ak[k]!, relaxedDotAdd(v128.load(get(a), 16 * v), get(wl), get(ak[k]!)))]
+  const dotWords = (k: number, x: Code, w: Code): Code[] => relaxed && dotAdd
+    ? [set(ak[k]!, relaxedDotAdd(x, w, get(ak[k]!)))]
     : relaxed
-    ? [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(v128.load(get(a), 16 * v), get(wl)), get(ones))))]
+    ? [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(x, w), get(ones))))]
     : [
-      set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(get(wl), v128.load(get(a), 16 * v))))),
-      set(ah[k]!, i32x4.add(get(ah[k]!), extaddPairS(extmulHi(get(wl), v128.load(get(a), 16 * v))))),
+      set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(w, x)))),
+      set(ah[k]!, i32x4.add(get(ah[k]!), extaddPairS(extmulHi(w, x)))),
     ];
-  /** (B_g .. B_g+3) of token k before the offset correction. */
+  /** (B_g .. B_g+3) of accumulator set k before the offset correction. */
   const groupSums = (k: number): Code => relaxed
     ? get(ak[k]!)
     : i32x4.add(shuffle32(get(ak[k]!), get(ah[k]!), [0, 2, 4, 6]), shuffle32(get(ak[k]!), get(ah[k]!), [1, 3, 5, 7]));
@@ -245,13 +246,22 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
       ]),
       set(g, i32.const(0)),
       block(loop(br_if(1, i32.ge_u(get(g), get(G))),
-        ...R.flatMap((w) => [
-          ...ks.flatMap((k) => (relaxed ? [set(ak[k]!, get(zero))] : [set(ak[k]!, get(zero)), set(ah[k]!, get(zero))])),
-          ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap((v) => [set(wl, v128.load(get(w.p), 16 * v)), ...ks.flatMap((k) => dotWords(k, qk[k]!, v))]),
+        ...R.flatMap((_, i) => ks.flatMap((k) => (relaxed ? [set(ak[i * TT + k]!, get(zero))] : [set(ak[i * TT + k]!, get(zero)), set(ah[i * TT + k]!, get(zero))]))),
+        // the group's 8 word vectors in a loop of their own, each row's and token's integer sums in
+        // accumulator set i * TT + k (nr * TT <= 4); written out, V8 loaded every vector of the
+        // group first (loads keep their order, the arithmetic sinks to its use) and spilled a dozen
+        set(vo, i32.const(0)),
+        block(loop(br_if(1, i32.ge_u(get(vo), i32.const(128))),
+          ...(nr > 1
+            // (one token: its word vector shared by the rows)
+            ? [set(wl, v128.load(i32.add(get(qk[0]!), get(vo)))), ...R.flatMap((w, i) => dotWords(i, get(wl), v128.load(i32.add(get(w.p), get(vo)))))]
+            : [set(wl, v128.load(i32.add(get(R[0]!.p), get(vo)))), ...ks.flatMap((k) => dotWords(k, v128.load(i32.add(get(qk[k]!), get(vo))), get(wl)))]),
+          set(vo, i32.add(get(vo), i32.const(16))), br(0))),
+        ...R.flatMap((w, i) => [
           set(sw, v128.load(get(w.e))),
           ...ks.flatMap((k) => [
             // (B_g, .., B_g+3) minus the offset corrections, then u_b = f32(f32(B_b) * f32(dx_b * dw_b))
-            set(bs, i32x4.sub(groupSums(k), v128.load(get(ck[k]!)))),
+            set(bs, i32x4.sub(groupSums(i * TT + k), v128.load(get(ck[k]!)))),
             set(w.lanes[k]!, f32x4.add(get(w.lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
           ]),
           set(w.p, i32.add(get(w.p), i32.const(128))), set(w.e, i32.add(get(w.e), i32.const(16))),
