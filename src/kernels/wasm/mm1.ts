@@ -37,12 +37,12 @@ export const MM1_ROWS = 2;
  *  test, took it from 8.0 to 14.8 GMAC/s). Measured in one process taking turns (AMD EPYC Zen 5,
  *  bf16 from DRAM, T = 1, GMAC/s, medians of 5; a noisy machine): 1 thread 1024x7168 two rows
  *  6.8-9.0, four 8.2-12.3 (three 7.6-9.6); 512x12288 5.8-8.2 -> 7.8-12.5; 1024x5120 6.3-9.5 ->
- *  7.5-11.0; 2 threads 1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4. At 3072 columns four rows
- *  measured 0.69-1.02x, at 2048 and 4096 no gain: those keep MM1_ROWS. A K3 checkpoint with the real
+ *  7.5-11.0; 2 threads 1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4 (at 3072 columns four rows
+ *  measured 0.69-1.02x then, at 2048 and 4096 no gain: see below for now). A K3 checkpoint with the real
  *  layer sizes (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode,
  *  resident: 1 thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows
  *  (twice the bytes) take it too (0.91-1.04x: bound by memory either way).
- *  Four rows' two lane groups are 8 accumulators, and with the 2 activation vectors, the 4 rows'
+ *  December 2026, later: four rows' two lane groups are 8 accumulators, and with the 2 activation vectors, the 4 rows'
  *  weight vectors (V8 loads them ahead) and the odd columns' mask constant V8 ran out of xmm
  *  registers: one accumulator lived on the stack, a store and a reload on its multiply-add chain
  *  (`--print-wasm-code`). The wide rows widen their odd columns without the mask (srcBF16's
