@@ -140,7 +140,6 @@ export async function cpuLlama(nlc: NodeLlamaCpp): Promise<LlamaT> {
 // ---------------------------------------------------------------------------------------------
 // Checkpoints and GGUFs (cached)
 
-/** Synthesize (or reuse) a checkpoint, then write (or reuse) its GGUF. */
 /** The speed part's checkpoints (--shape): what the log calls them, the directory name under
  *  --models, and the synth options (both vocab 32768, which the ids of the prompts assume). */
 type SpeedShape = 'k3-medium' | 'k3-real';
@@ -154,6 +153,7 @@ const SPEED_SHAPES: Record<SpeedShape, { what: string; name: string; synth: Omit
   },
 };
 
+/** Synthesize (or reuse) a checkpoint, then write (or reuse) its GGUF. */
 export async function prepareModel(
   synth: SynthOptions,
   gguf: string,
