@@ -29,27 +29,27 @@ import type { Madd } from './fma.js';
  *  L2 3 rows win, 15.0 vs 12.7: no spills, the streams are what costs), neighbouring 5.4-6.8;
  *  with the chunked passes below, 2 far 13.6-14.4, 3 far 11.7-13.0, 4 far 10.0. */
 export const MM1_ROWS = 2;
-/** Stored rows wider than MM1_WIDE_FROM columns go MM1_WIDE_ROWS at a time (far apart, the same
- *  two lane-group passes over chunks), so that each activation vector loaded serves four rows.
- *  Why: a row's activations are 4 bytes a column, twice its bf16 weights; past ~4096 columns
- *  (16 KB) they no longer stay in L1 while two rows' weights stream through it, and every row
- *  pair rereads them from L2 (wrapping the activation reads to 8 KB of a 7168-column row, for the
- *  test, took it from 8.0 to 14.8 GMAC/s). Measured in one process taking turns (AMD EPYC Zen 5,
- *  bf16 from DRAM, T = 1, GMAC/s, medians of 5; a noisy machine): 1 thread 1024x7168 two rows
- *  6.8-9.0, four 8.2-12.3 (three 7.6-9.6); 512x12288 5.8-8.2 -> 7.8-12.5; 1024x5120 6.3-9.5 ->
- *  7.5-11.0; 2 threads 1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4 (at 3072 columns four rows
- *  measured 0.69-1.02x then, at 2048 and 4096 no gain: see below for now). A K3 checkpoint with the real
- *  layer sizes (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode,
- *  resident: 1 thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows
- *  (twice the bytes) take it too (0.91-1.04x: bound by memory either way).
- *  December 2026, later: four rows' two lane groups are 8 accumulators, and with the 2 activation vectors, the 4 rows'
- *  weight vectors (V8 loads them ahead) and the odd columns' mask constant V8 ran out of xmm
- *  registers: one accumulator lived on the stack, a store and a reload on its multiply-add chain
- *  (`--print-wasm-code`). The wide rows widen their odd columns without the mask (srcBF16's
- *  noMask): from 64 rows in L2, 7168 columns went from 12.8 to 18.3 GMAC/s; from DRAM (AMD EPYC
- *  Zen 5, one process taking turns, medians of 5) 1 thread 1024x7168 13.3 -> 14.9, 7168x7168
- *  12.9 -> 14.9, 512x12288 13.6 -> 15.2; 2 threads +8-12%. Then four rows also beat two at 3584
- *  and 4096 columns from DRAM (1 thread 1024x4096 12.8-13.7 -> 15.2-15.4; 2560 columns lost
+/** Stored rows wider than MM1_WIDE_FROM columns go MM1_WIDE_ROWS at a time (far apart, the same two
+ *  lane-group passes over chunks), so that each activation vector loaded serves four rows. Why: a
+ *  row's activations are 4 bytes a column, twice its bf16 weights; past ~4096 columns (16 KB) they
+ *  no longer stay in L1 while two rows' weights stream through it, and every row pair rereads them
+ *  from L2 (wrapping the activation reads to 8 KB of a 7168-column row, for the test, took it from
+ *  8.0 to 14.8 GMAC/s). Measured in one process taking turns (AMD EPYC Zen 5, bf16 from DRAM,
+ *  T = 1, GMAC/s, medians of 5; a noisy machine): 1 thread 1024x7168 two rows 6.8-9.0, four 8.2-12.3
+ *  (three 7.6-9.6); 512x12288 5.8-8.2 -> 7.8-12.5; 1024x5120 6.3-9.5 -> 7.5-11.0; 2 threads
+ *  1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4 (at 3072 columns four rows measured 0.69-1.02x
+ *  then, at 2048 and 4096 no gain: see below for now). A K3 checkpoint with the real layer sizes
+ *  (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode, resident: 1
+ *  thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows (twice the bytes)
+ *  take it too (0.91-1.04x: bound by memory either way).
+ *  December 2026, later: four rows' two lane groups are 8 accumulators, and with the 2 activation
+ *  vectors, the 4 rows' weight vectors (V8 loads them ahead) and the odd columns' mask constant V8
+ *  ran out of xmm registers: one accumulator lived on the stack, a store and a reload on its
+ *  multiply-add chain (`--print-wasm-code`). The wide rows widen their odd columns without the mask
+ *  (srcBF16's noMask): from 64 rows in L2, 7168 columns went from 12.8 to 18.3 GMAC/s; from DRAM
+ *  (AMD EPYC Zen 5, one process taking turns, medians of 5) 1 thread 1024x7168 13.3 -> 14.9,
+ *  7168x7168 12.9 -> 14.9, 512x12288 13.6 -> 15.2; 2 threads +8-12%. Then four rows also beat two
+ *  at 3584 and 4096 columns from DRAM (1 thread 1024x4096 12.8-13.7 -> 15.2-15.4; 2560 columns lost
  *  0.87-0.92x, 3072 was even): MM1_WIDE_FROM went from 4096 to 3072. */
 export const MM1_WIDE_ROWS = 4;
 export const MM1_WIDE_FROM = 3072;
@@ -192,12 +192,12 @@ function srcBF16(gen: Gen, base: number, stride: number, noMask = false): RowSou
     ...rowPointer(base, stride, 1),
     step: (f, i, emit, ks = [0, 1, 2, 3]) => {
       // accumulators 0, 1 take the first 8 columns of the step (v), 2, 3 the next 8 (u)
-      const v = f.local('v', V128), u = f.local('u', V128), e = f.local('e', V128);
+      const v = f.local('v', V128), u = f.local('u', V128);
       const half = (h: number, r: number): Code[] => {
-        const both = ks.includes(2 * h) && ks.includes(2 * h + 1);
-        if (noMask && both) {
+        if (noMask && ks.includes(2 * h) && ks.includes(2 * h + 1)) {
           // the odd columns without the mask constant (one register fewer): r with its low half
           // cleared, r ^ (even >> 16), the same bits as r & HI16
+          const e = f.local('e', V128);
           return [
             set(r, v128.load(get(f.local(`p${i}`, I32)), 16 * h)),
             set(e, i32x4.shl(get(r), i32.const(16))),

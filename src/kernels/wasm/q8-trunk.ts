@@ -196,7 +196,7 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
   const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
   const acc = f.local('acc', F32), u = f.local('u', F32);
   const wl = L('wl', V128), wh = L('wh', V128), bs = L('bs', V128), sw = L('sw', V128);
-  const vo = L('vo');
+  const vo = L('vo'), xw = L('xw', V128); // the word loop's offset; one token's word vector (rows side by side)
   const TTMAX = 4;
   const per = (n: string, ty: typeof I32 | typeof V128 = I32): number[] => Array.from({ length: TTMAX }, (_, k) => L(`${n}${k}`, ty));
   const qk = per('q'), dk = per('dp'), ck = per('cp');
@@ -254,7 +254,7 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
         block(loop(br_if(1, i32.ge_u(get(vo), i32.const(128))),
           ...(nr > 1
             // (one token: its word vector shared by the rows)
-            ? [set(wl, v128.load(i32.add(get(qk[0]!), get(vo)))), ...R.flatMap((w, i) => dotWords(i, get(wl), v128.load(i32.add(get(w.p), get(vo)))))]
+            ? [set(xw, v128.load(i32.add(get(qk[0]!), get(vo)))), ...R.flatMap((w, i) => dotWords(i * TT, get(xw), v128.load(i32.add(get(w.p), get(vo)))))]
             : [set(wl, v128.load(i32.add(get(R[0]!.p), get(vo)))), ...ks.flatMap((k) => dotWords(k, v128.load(i32.add(get(qk[k]!), get(vo))), get(wl)))]),
           set(vo, i32.add(get(vo), i32.const(16))), br(0))),
         ...R.flatMap((w, i) => [
