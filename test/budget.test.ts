@@ -35,7 +35,7 @@ for (const name of CASES) {
       const p = Model.plan(dir, { budget: 0, ctx: 64, chunk, maxPiece: SMALL_PIECE });
       const floor = p.floorBytes;
       const trunk = p.trunkBytes;
-      // the last: every piece pinned, split matrices (the head) batched in one dispatch (Mat.partsNow)
+      // the last: every piece pinned, a split matrix's pieces in one buffer (one view: Mat.now)
       const budgets = [floor, floor + Math.floor(trunk / 2) + 3 * p.expertBytes, 2 * floor, Number.MAX_SAFE_INTEGER];
       for (const budget of budgets) {
         const r = await logitsAt(dir, budget, ids, chunk, SMALL_PIECE);
@@ -44,7 +44,19 @@ for (const name of CASES) {
         if (budget === Number.MAX_SAFE_INTEGER) {
           const st = r.model.store;
           assert.equal(st.plan.pinnedPieces, st.layout.sequence.length, 'everything pinned');
-          assert.ok([...st.layout.matrices.values()].some((m) => m.pieces.length > 1), 'some matrix split into pieces');
+          const split = [...st.layout.matrices.values()].filter((m) => m.pieces.length > 1);
+          assert.ok(split.length > 0, 'some matrix split into pieces');
+          // pinned in one buffer: one view, whose rows are the pieces' bytes
+          for (const sm of split) {
+            const mat = st.mat(sm.base, sm.rows, sm.cols);
+            const whole = mat.now?.();
+            assert.ok(whole && whole.rows === sm.rows && whole.data.byteLength === sm.pieces.reduce((n, p) => n + p.bytes, 0), `${sm.base}: one view`);
+            let at = 0;
+            await mat.parts((v) => {
+              assert.ok(v.data.buffer === whole.data.buffer && v.data.byteOffset === whole.data.byteOffset + at, `${sm.base}: a piece at ${at} of its matrix's buffer`);
+              at += v.data.byteLength;
+            });
+          }
         }
         if (budget === floor) {
           assert.equal(r.model.store.plan.pinnedBytes, 0, 'the floor pins nothing');

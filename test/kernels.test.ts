@@ -534,20 +534,38 @@ test('chain moeCombine: the routed sum in router order and the latent RMSNorm ==
         return y;
       });
       const w = new Float32Array(T * K).map(() => rnd());
-      const out = ch.moeCombine(new Int32Array(ys.map((y) => y.byteOffset)), w, T, K, zw, withNorm ? norm : null, eps);
+      const out = ch.moeCombine(new Uint32Array(ys.map((y) => y.byteOffset)), w, T, K, zw, withNorm ? norm : null, eps);
       // the same rows as parts of one arena array, reversed (as moe.ts addresses an expert's rows)
       const packed = ch.alloc(T * K * zw);
       ys.forEach((y, i) => packed.set(y, (T * K - 1 - i) * zw));
-      const offs = new Int32Array(T * K).map((_, i) => packed.byteOffset + 4 * (T * K - 1 - i) * zw);
+      const offs = new Uint32Array(T * K).map((_, i) => packed.byteOffset + 4 * (T * K - 1 - i) * zw);
       const out2 = ch.moeCombine(offs, w, T, K, zw, withNorm ? norm : null, eps);
       ch.run();
       const want = new Float32Array(T * zw);
       for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) for (let i = 0; i < zw; i++) want[t * zw + i] = want[t * zw + i]! + Math.fround(w[t * K + j]! * ys[t * K + j]![i]!);
       sameBytes(out, withNorm ? rmsNorm(want, T, zw, normW, eps) : want, `moeCombine norm=${withNorm} threads=${k.threads}`);
       sameBytes(out2, out, `moeCombine rows in one array norm=${withNorm} threads=${k.threads}`);
-      assert.throws(() => ch.moeCombine(new Int32Array(T * K).fill(2), w, T, K, zw, null, eps), /kernel memory/);
+      assert.throws(() => ch.moeCombine(new Uint32Array(T * K).fill(2), w, T, K, zw, null, eps), /kernel memory/);
       ch.done();
       k.release(m);
     }
+  }
+});
+
+test('chain moeCombine takes expert rows past 2 GiB of kernel memory (offsets unsigned)', async () => {
+  // A kernel memory holds up to 3.75 GiB of weights, so a chain's arena can start past 2^31: an
+  // expert row's byte offset there is negative as an Int32 (it was refused as outside the memory).
+  const big = await createKernels({ threads: 1, memoryBytes: 2200 * 2 ** 20 });
+  try {
+    big.alloc(2100 * 2 ** 20, 4096); // (pages nobody writes cost no RSS)
+    const ch = big.chain();
+    const y = ch.alloc(8).fill(1.5);
+    assert.ok(y.byteOffset >= 2 ** 31);
+    const out = ch.moeCombine(new Uint32Array([y.byteOffset]), new Float32Array([2]), 1, 1, 8, null, 1e-6);
+    ch.run();
+    sameBytes(out, new Float32Array(8).fill(3), 'moeCombine past 2 GiB');
+    ch.done();
+  } finally {
+    await big.close();
   }
 });

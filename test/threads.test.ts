@@ -24,20 +24,23 @@ for (const name of CASES) {
     const floor = Model.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
     const p1 = Model.plan(dir, { budget: 0, ctx: 64, chunk: 1 });
     const pinnedTrunk = p1.floorBytes + p1.trunkBytes + 8 * p1.expertBytes; // experts read while the MoE head chain runs
-    const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number }[] = [
+    const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number; apart?: boolean }[] = [
       { threads: 1, relaxed: true, chunk: 64 },
       { threads: 2, relaxed: true, chunk: 64 },
       { threads: 2, relaxed: false, chunk: 1 },
       { threads: 1, relaxed: false, chunk: 7 },
       { threads: 2, relaxed: true, chunk: 7, budget: floor, maxPiece: 8192 },
-      // all resident in small pieces: split matrices (the head) in one dispatch of their blocks, T = 1 and T > 1
+      // all resident in small pieces: a split matrix's pieces in one buffer, one view (the chains take it), T = 1 and T > 1
       { threads: 2, relaxed: true, chunk: 1, maxPiece: 8192 },
       { threads: 2, relaxed: true, chunk: 64, maxPiece: 8192 },
+      // the same in a buffer a piece (a kernel memory without room for the whole): its blocks in one dispatch
+      { threads: 2, relaxed: true, chunk: 1, maxPiece: 8192, apart: true },
+      { threads: 2, relaxed: true, chunk: 64, maxPiece: 8192, apart: true },
       // the trunk pinned, a few expert slots: one token at a time, the MoE head launched while experts are read
       { threads: 2, relaxed: true, chunk: 1, budget: pinnedTrunk },
     ];
     for (const v of variants) {
-      const m = await Model.load(dir, { ctx: 64, threads: v.threads, relaxed: v.relaxed, chunk: v.chunk, budget: v.budget, maxPiece: v.maxPiece });
+      const m = await Model.load(dir, { ctx: 64, threads: v.threads, relaxed: v.relaxed, chunk: v.chunk, budget: v.budget, maxPiece: v.maxPiece, ...(v.apart ? { allocTogether: () => null } : {}) });
       try {
         assert.equal(m.threads, v.threads);
         const got = await m.forward(m.newState(), ids, 'all', v.chunk);

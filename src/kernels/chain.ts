@@ -185,10 +185,10 @@ export class Chain {
   /**
    * The routed sum and latent norm of T MoE tokens (wasm/fused.ts moe_combine) as one op of the
    * current step: out[t] = Σ_j f32(w_tj · rows[t·K + j]) in router order, then RMSNorm with `norm`
-   * (null: none). rows are the byte offsets of zw values each in kernel memory (expert outputs of
+   * (null: none). rows are the byte offsets of zw values each in kernel memory (unsigned: a memory may pass 2 GiB) (expert outputs of
    * earlier steps); norm a constant in kernel memory. Returns out, a new arena array [T, zw].
    */
-  moeCombine(rows: Int32Array, weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
+  moeCombine(rows: Uint32Array, weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
     if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);
     if (norm && (!this.k.contains(norm) || norm.length < zw)) throw new RangeError('moe combine: the norm must lie in kernel memory');
     const mem = (): ArrayBufferLike => this.k.mem();
@@ -196,9 +196,9 @@ export class Chain {
     const out = this.alloc(T * zw);
     const end = mem().byteLength - 4 * zw;
     for (let i = 0; i < rows.length; i++) {
-      if (!(rows[i]! >= 0 && rows[i]! <= end && rows[i]! % 4 === 0)) throw new RangeError('moe combine: expert rows must lie in kernel memory');
+      if (!(rows[i]! <= end && rows[i]! % 4 === 0)) throw new RangeError('moe combine: expert rows must lie in kernel memory');
     }
-    new Int32Array(mem(), ys, T * K).set(rows);
+    new Uint32Array(mem(), ys, T * K).set(rows);
     new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
     this.fused(OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], T, T * K * zw + (norm ? 2 * T * zw : 0));
     return out;

@@ -72,6 +72,15 @@ export class KernelGroup {
     return new Uint8Array(bytes);
   }
 
+  /** `bytes` in the member `alloc` would place them in now when they fit there whole, else null
+   *  (nothing placed): one buffer for what would otherwise be several allocations in a row, so
+   *  that it never leaves a gap that pushes weights past the planned members. */
+  allocTogether(bytes: number): Uint8Array | null {
+    const i = this.current;
+    if (i >= this.members.length || this.used[i]! + bytes > PER_MEMORY) return null;
+    return this.alloc(bytes);
+  }
+
   /**
    * A zero-filled Float32Array for sequence state (KDA state, MLA cache), in the kernel memory
    * with the most room, so the fused kernels use it in place. Room is what is left below the

@@ -72,7 +72,7 @@ export class Model {
     group.fastExperts = (opts.fastExperts ?? false) || (opts.fast ?? false);
     try {
       // optional, off by default: bf16 trunk requantized to 7-bit blocks as read (kernels/wasm/q8-trunk.ts)
-      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, fastTrunk: opts.fast ?? false, alloc: (n) => group.alloc(n) }), new Compute(group));
+      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, fastTrunk: opts.fast ?? false, alloc: (n) => group.alloc(n), allocTogether: opts.allocTogether ?? ((n) => group.allocTogether(n)) }), new Compute(group));
       model.owned = group;
       const madd = (opts.relaxed ?? true) ? maddHint() : null;
       if (madd) (opts.notice ?? ((m: string) => process.stderr.write(m + '\n')))(`note: ${madd}`);

@@ -216,7 +216,7 @@ function moeTailChained(c: Compute, p: MoeParams, w: MoeWeights, batch: readonly
     // output for the token that is i-th among the expert's users (users lists tokens ascending)
     const at = new Map(batch.map((e, k) => [e.expert, ys[k + (withShared ? 1 : 0)]!.byteOffset]));
     const seen = new Map<number, number>(); // rows of each expert taken so far
-    const rows = new Int32Array(T * K);
+    const rows = new Uint32Array(T * K); // (byte offsets: past 2 GiB in a large kernel memory)
     const wts = new Float32Array(T * K);
     for (let t = 0; t < T; t++) {
       const ids = routing.ids[t]!, ws = routing.weights[t]!;

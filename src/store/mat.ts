@@ -17,8 +17,10 @@ export interface Mat {
   parts(fn: (view: WeightView, r0: number) => void): Promise<void>;
   /** The whole matrix as one view. */
   whole<R>(fn: (view: WeightView) => R): Promise<R>;
-  /** Only on resident matrices: their view now, without waiting, once it has been read (null
-   *  before), valid for as long as the lender lives. Saves the awaits of `whole` per product. */
+  /** Only on resident matrices, and on split ones whose pinned pieces share one buffer (the
+   *  store's pinBuffer): their view now, without waiting, once it has been read (null before),
+   *  valid for as long as the lender lives. Saves the awaits of `whole` per product; the chained
+   *  dispatches take only such views. */
   now?(): WeightView | null;
   /** Only on matrices split into several pieces, all of them resident: their row blocks now (as
    *  `parts` visits them), once read (null before), valid for as long as the lender lives; so

@@ -109,6 +109,9 @@ export interface StoreOptions {
   maxPiece?: number;
   /** Where weight memory comes from (kernel memory, so kernels use the bytes in place); default plain memory. */
   alloc?: (bytes: number) => Uint8Array;
+  /** One buffer for all the pinned pieces of a split matrix, or null when `alloc` would not place
+   *  them together anyway (KernelGroup.allocTogether); default: `alloc`. */
+  allocTogether?: (bytes: number) => Uint8Array | null;
   /** How weights are read when no `reader` is given: O_DIRECT (direct, auto) or through the page cache (buffered, the default here; the CLI's is auto). */
   io?: IoMode;
   /** Where a one-time notice goes (e.g. "filesystem refuses O_DIRECT"); default stderr. */
@@ -141,6 +144,8 @@ export class WeightStore {
   /** Test hook: told of every expert read, expert use and matrix use, in order. */
   trace: ((e: StoreEvent) => void) | null = null;
   private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void>; done: boolean }>();
+  /** Split trunk matrices pinned in one buffer, by base (null: in a buffer per piece); see pinBuffer. */
+  private readonly together = new Map<string, Uint8Array | null>();
   /** Trunk matrices requantized to q7 as they are read (`fastTrunk`). */
   private readonly q7 = new Set<string>();
   private readonly ring: Ring;
@@ -161,6 +166,7 @@ export class WeightStore {
     private readonly alloc: (bytes: number) => Uint8Array = plainAlloc,
     parallel = 0,
     fastTrunk = false,
+    private readonly allocTogether: (bytes: number) => Uint8Array | null = alloc,
   ) {
     if (fastTrunk) for (const m of layout.matrices.values()) if (fastEligible(m)) this.q7.add(m.base);
     this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
@@ -182,7 +188,7 @@ export class WeightStore {
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
     const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
     const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
-    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false);
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false, opts.allocTogether ?? opts.alloc);
     store.lookahead = opts.lookahead ?? true;
     return store;
   }
@@ -269,7 +275,7 @@ export class WeightStore {
     }
     let e = this.pinned.get(p.seq);
     if (!e) {
-      const buf = this.alloc(p.bytes);
+      const buf = this.pinBuffer(p);
       const entry = { buf, ready: this.readPiece(p, buf), done: false };
       entry.ready.then(() => void (entry.done = true), () => {});
       this.pinned.set(p.seq, entry);
@@ -279,6 +285,33 @@ export class WeightStore {
     await e.ready;
     this.stats.ioWaitMs += performance.now() - t0;
     return e.buf;
+  }
+
+  /**
+   * A pinned piece's buffer: its own, or its rows of one buffer that holds its whole matrix (a split
+   * matrix, every piece pinned, rows only: bf16 / f16 / f32 without scales, not requantized), so
+   * that the matrix is one view too (`now`) and the chained dispatches take it (a matrix over
+   * DEFAULT_MAX_PIECE is split: K3's KDA and MoE products, its lm_head). The same bytes either way.
+   */
+  private pinBuffer(p: Piece): Uint8Array {
+    const m = this.layout.matrices.get(p.base)!;
+    if (!this.togetherEligible(m)) return this.alloc(p.bytes);
+    let buf = this.together.get(m.base);
+    if (buf === undefined) {
+      buf = this.allocTogether(m.pieces.reduce((n, q) => n + q.bytes, 0));
+      this.together.set(m.base, buf);
+    }
+    if (!buf) return this.alloc(p.bytes);
+    let off = 0;
+    for (const q of m.pieces) {
+      if (q === p) return buf.subarray(off, off + p.bytes);
+      off += q.bytes;
+    }
+    throw new Error(`${p.base}: piece ${p.seq} not in its matrix`);
+  }
+
+  private togetherEligible(m: TrunkMatrixLayout): boolean {
+    return m.pieces.length > 1 && !this.q7.has(m.base) && m.pieces.every((p) => p.seq < this.plan.pinnedPieces && !p.scale);
   }
 
   private releasePiece(p: Piece): void {
@@ -308,6 +341,17 @@ export class WeightStore {
       held = view(m.pieces[0]!, e.buf);
       return held;
     };
+    // A split matrix pinned in one buffer (pinBuffer): one view once every piece is read.
+    const together = this.togetherEligible(m);
+    let heldWhole: WeightView | null = null;
+    const wholeNow = (): WeightView | null => {
+      if (this.trace) return null;
+      if (heldWhole) return heldWhole;
+      const buf = this.together.get(base);
+      if (!buf || !m.pieces.every((p) => this.pinned.get(p.seq)?.done)) return null;
+      heldWhole = { ...view(m.pieces[0]!, buf), name: base, rows, data: buf };
+      return heldWhole;
+    };
     // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
     const allPinned = m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.plan.pinnedPieces);
     let heldParts: { view: WeightView; r0: number }[] | null = null;
@@ -329,7 +373,7 @@ export class WeightStore {
       cols,
       format: m.format,
       resident,
-      ...(resident ? { now } : {}),
+      ...(resident ? { now } : together ? { now: wholeNow } : {}),
       ...(allPinned ? { partsNow } : {}),
       async parts(fn) {
         for (const p of m.pieces) {
