@@ -24,7 +24,7 @@
 import * as os from 'node:os';
 import type { WeightView, WeightFormat } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt } from './wasm/kernels.js';
+import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt, type Perm } from './wasm/kernels.js';
 import { q8Bytes, Q8_LAYOUT, ORDER_CODE, type Q8Order } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
@@ -108,7 +108,7 @@ interface Prep {
 interface Layout {
   layout: number;
   tiled: boolean;
-  perm: 'id' | 'bf';
+  perm: Perm;
   q8: boolean;
   q7: boolean;
 }
@@ -391,7 +391,7 @@ export class Kernels {
    * x [T, cols] in the layout the format's kernel wants: for T >= TILE_MIN_T token tiles
    * (tilex), below that the rows themselves or their permuted copy.
    */
-  private prepX(x: Float32Array, T: number, cols: number, perm: 'id' | 'bf', tiled: boolean): number {
+  private prepX(x: Float32Array, T: number, cols: number, perm: Perm, tiled: boolean): number {
     const n = T * cols;
     if (x.length < n) throw new RangeError(`activations: ${x.length} values, need ${n}`);
     const inMem = this.contains(x);
@@ -404,7 +404,7 @@ export class Kernels {
     if (perm === 'id') return inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
     const src = inMem ? x.byteOffset : this.copyIn(x.subarray(0, n));
     const dst = this.alloc(n * 4).offset;
-    this.ex.permx_bf!(src, dst, T, cols);
+    this.ex[`permx_${perm}`]!(src, dst, T, cols);
     return dst;
   }
 
@@ -439,7 +439,7 @@ export class Kernels {
     const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
     const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
     const q7 = R.sdt === Q7_SDT;
-    return { layout: q8 ? 4 : q7 ? 5 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0), tiled, perm, q8, q7 };
+    return { layout: q8 ? 4 : q7 ? 5 : perm === 'mx' ? 6 : (tiled ? 2 : 0) + (perm === 'bf' ? 1 : 0), tiled, perm, q8, q7 };
   }
 
   /** The sdt word of R's matmul op: Q8_SDT sends mxfp4 to the 8-bit kernel (fastMxfp4). */
@@ -472,7 +472,7 @@ export class Kernels {
       args = [2, src, dst, T, cols, o.order, o.scaleBits, o.offset];
     } else {
       dst = this.alloc(n * 4).offset;
-      args = L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [0, src, dst, T, cols, 0, 0, 0];
+      args = L.tiled ? [1, src, dst, T, cols, L.perm === 'bf' ? 1 : 0, 0, 0] : [L.perm === 'mx' ? 3 : 0, src, dst, T, cols, 0, 0, 0];
     }
     return [dst, (slot) => writeFusedOp(ctrl, slot, OP_PREP, args, 0, 1)];
   }

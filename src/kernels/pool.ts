@@ -82,7 +82,7 @@ export const OP_ATTNRES_SUM = 8;
  *  order, scale bits, offset); one unit, [0, 1) in words 14, 15: the calling thread's prepX
  *  (or quantizeActs) on one array, run by whichever thread claims it. */
 export const OP_PREP = 9;
-export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act'] as const;
+export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act', 'permx_mx'] as const;
 /** A barrier: the ops after it start only when every op before it is done (a chained dispatch:
  *  one publish, one wake-up, no JavaScript between dependent steps). No range, no words. */
 export const OP_BARRIER = 10;
@@ -199,7 +199,7 @@ function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number
     B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
   } else if (kind === OP_PREP) {
     const fn = ctrl[o + 1]!;
-    if (fn === 0) B.prep[0]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!);
+    if (fn === 0 || fn === 3) B.prep[fn]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!);
     else if (fn === 1) B.prep[1]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!);
     else B.prep[2]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!);
   } else {

@@ -200,33 +200,32 @@ function addDecInt4(gen: Gen, f16s: Fn): Fn {
 
 const ilLo = [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23];
 const ilHi = ilLo.map((x) => x + 8);
-// mxfp4 -> bf16 row in natural column order. One 16-byte load = one 32-column group with one
-// scale; the per-scale table (MX_PLANES) holds the 16 exact values E2M1*2^(s-127) as bf16, low-byte
-// plane then high-byte plane, so two byte lookups + a byte interleave give 8 bf16 values.
+// mxfp4 -> bf16 row in the 'mx' layout (gen.ts PERMS: per 16 columns the even columns' 8 values,
+// then the odd columns'), which the single-token products widen as they do bf16 rows. One 16-byte
+// load = one 32-column group with one scale; the per-scale table (MX_PLANES) holds the 16 exact
+// values E2M1*2^(s-127) as bf16, low-byte plane then high-byte plane, so two byte lookups + a byte
+// interleave give 8 bf16 values (mxGroupApart, storeBf16Apart).
 // Why a separate pass (measured on Zen 3, V8 11): the T = 1 product is bound by the byte
 // shuffles and shifts, which share two SIMD pipes; decoding in registers inside the dot needs the
 // same shuffles (and V8 then spills), and multiplying each 32-column partial by the E8M0 scale
 // (constant tables) only adds multiplies. Both measured 6-15% slower than this path.
-/** Stores 16 columns as bf16 from their low and high bytes: at o + off (o a local), or o an address. */
-export const storeBf16x16 = (lb: number, hb: number, at: (h: number) => [Code, number]): Code[] => [ilLo, ilHi].map((il, h) =>
-  v128.store(at(h)[0], i8x16.shuffle(get(lb), get(hb), il), at(h)[1]));
-
 function addDecMx2bf(gen: Gen): Fn {
-  return addMxDecoder(gen, 'dec_mx2bf', true, 2, (f, lb, hb, o, off) => storeBf16x16(lb, hb, (h) => [get(o), off + 16 * h]));
+  return addMxDecoder(gen, 'dec_mx2bf', true, 2, (f, p, sp, o, k) =>
+    mxGroupApart(gen, f, get(p), get(sp), k, (lbE, hbE, lbO, hbO) => storeBf16Apart(lbE, hbE, lbO, hbO, (j) => [get(o), 64 * k + 16 * j])));
 }
 
 /** mxfp4 -> f32 row in natural column order, for the tiled path: dec_mx2bf's lookups and byte
  *  interleave, each bf16 vector then widened to two f32 vectors in registers (what the tiled path's
  *  widen does from memory), so the row is written once and never reread as bf16. */
 function addDecMx2f32(gen: Gen): Fn {
-  return addMxDecoder(gen, 'dec_mx2f32', false, 4, (f, lb, hb, o, off) => {
-    const bf = f.local('bf', V128);
+  return addMxDecoder(gen, 'dec_mx2f32', false, 4, (f, p, sp, o, k) => mxGroup(gen, f, get(p), get(sp), k, (lb, hb, h16) => {
+    const bf = f.local('bf', V128), off = 128 * k + 64 * h16;
     return [ilLo, ilHi].flatMap((il, h) => [
       set(bf, i8x16.shuffle(get(lb), get(hb), il)),
       v128.store(get(o), i32x4.shl(i32x4.extend_low_i16x8_u(get(bf)), i32.const(16)), off + 32 * h),
       v128.store(get(o), i32x4.shl(i32x4.extend_high_i16x8_u(get(bf)), i32.const(16)), off + 32 * h + 16),
     ]);
-  });
+  }));
 }
 
 /** 32-column groups an mxfp4 decoder's loop takes a pass (then the rest one at a time): the
@@ -241,7 +240,7 @@ const MX_DEC_UNROLL = 4;
  * scale's planes (MX_PLANES) looked up with the nibbles in column order; emit(lb, hb, h) takes the
  * low and high bytes of the bf16 values of columns 16h .. 16h + 15. Uses locals prefixed mx_.
  */
-export function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lb: number, hb: number, h: number) => Code[]): Code[] {
+function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lb: number, hb: number, h: number) => Code[]): Code[] {
   const { swz } = gen;
   const V = (n: string): number => f.local(`mx_${n}`, V128);
   const pl = f.local('mx_pl', I32), L = V('L'), H = V('H'), B = V('B'), lo = V('lo'), hi = V('hi');
@@ -262,18 +261,48 @@ export function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (l
 }
 
 /**
- * The frame of the mxfp4 decoders: per 32-column group (16 bytes, one scale byte), the scale's
- * planes and the nibble indices in column order; emit16(f, lb, hb, o, off) stores 16 columns from
- * their low and high bytes (lb, hb) at o + off. Output columns take colBytes each (2: bf16, 4: f32).
+ * One 32-column mxfp4 group in registers, its nibble planes apart: the even columns' (low nibbles)
+ * and the odd columns' (high nibbles) low and high bf16 bytes (emit(lbE, hbE, lbO, hbO)), looked
+ * up without first putting the nibbles in column order (two byte shuffles fewer than mxGroup).
+ * Uses locals prefixed mx_.
+ */
+export function mxGroupApart(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lbE: number, hbE: number, lbO: number, hbO: number) => Code[]): Code[] {
+  const { swz } = gen;
+  const V = (n: string): number => f.local(`mx_${n}`, V128);
+  const pl = f.local('mx_pl', I32), L = V('L'), H = V('H'), B = V('B'), lo = V('lo'), hi = V('hi');
+  const lbE = V('lbE'), hbE = V('hbE'), lbO = V('lbO'), hbO = V('hbO');
+  const nib = gen.Kg(f, NIB_BYTES);
+  return [
+    set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(ps, k), i32.const(5)))),
+    set(L, v128.load(get(pl))),
+    set(H, v128.load(get(pl), 16)),
+    set(B, v128.load(pw, 16 * k)),
+    set(lo, v128.and(get(B), nib)),
+    set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+    set(lbE, swz(get(L), get(lo))), set(hbE, swz(get(H), get(lo))),
+    set(lbO, swz(get(L), get(hi))), set(hbO, swz(get(H), get(hi))),
+    ...emit(lbE, hbE, lbO, hbO),
+  ];
+}
+
+/** Stores a group from mxGroupApart's bytes as 'mx' layout bf16: per 16 columns, the even
+ *  columns' 8 values, then the odd columns' (at(j) for j = 0..3: columns 0-14 even, 1-15 odd,
+ *  16-30 even, 17-31 odd). */
+export const storeBf16Apart = (lbE: number, hbE: number, lbO: number, hbO: number, at: (j: number) => [Code, number]): Code[] =>
+  [[lbE, hbE, ilLo], [lbO, hbO, ilLo], [lbE, hbE, ilHi], [lbO, hbO, ilHi]].map(([l, h, il], j) =>
+    v128.store(at(j)[0], i8x16.shuffle(get(l as number), get(h as number), il as number[]), at(j)[1]));
+
+/**
+ * The frame of the mxfp4 decoders: a row's 32-column groups (16 bytes, one scale byte each) in a
+ * loop; group(f, p, sp, o, k) decodes group k after p (its scale byte at sp + k) to o + k * 32
+ * columns. Output columns take colBytes each (2: bf16, 4: f32).
  */
 function addMxDecoder(gen: Gen, name: string, exported: boolean, colBytes: 2 | 4,
-  emit16: (f: Fn, lb: number, hb: number, o: number, off: number) => Code[]): Fn {
+  groupAt: (f: Fn, p: number, sp: number, o: number, k: number) => Code[]): Fn {
   const f = gen.fnx(name, DEC_PARAMS, I32, exported);
   const p = f.local('p', I32), pend = f.local('pend', I32), sp = f.local('sp', I32), o = f.local('o', I32);
   const half = i32.shr_u(get(f.p('cols')), i32.const(1));
-  /** Group k after p (16 bytes, scale byte at sp + k) to o + k * 32 columns. */
-  const group = (k: number): Code[] => mxGroup(gen, f, get(p), get(sp), k,
-    (lb, hb, h) => emit16(f, lb, hb, o, 32 * colBytes * k + 16 * colBytes * h));
+  const group = (k: number): Code[] => groupAt(f, p, sp, o, k);
   const U = MX_DEC_UNROLL;
   const step = (n: number): Code[] => [
     set(p, i32.add(get(p), i32.const(16 * n))), set(sp, i32.add(get(sp), i32.const(n))),

@@ -21,16 +21,20 @@ export const MX_PLANES = 16384; // 256 * 32 bytes
 export const FP8_TAB = MX_PLANES + 256 * 32; // 256 * 4 bytes
 export const CONST_END = 32768;
 
-export type Perm = 'id' | 'bf';
-/** PERMS[p][k] = canonical column (within a block of 16) held at register position k (vector k>>2, lane k&3). */
+export type Perm = 'id' | 'bf' | 'mx';
+/** PERMS[p][k] = canonical column (within a block of 16) held at register position k (vector k>>2, lane k&3).
+ *  'bf': bf16 pairs widened in place (shift left 16: the even column of each pair, mask: the odd).
+ *  'mx': the same widening of mxfp4 decoded with its nibble planes apart (decode.ts
+ *  mxGroupApart: the even columns' 8 bf16 values, then the odd columns'). */
 export const PERMS: Record<Perm, readonly number[]> = {
   id: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
   bf: [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15],
+  mx: [0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15],
 };
 
 export type Fmt = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
 /** Activation layout expected by mm_* and the accumulator layout of mvT_*. */
-export const MM_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'bf', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'bf' };
+export const MM_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'bf', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'mx' };
 /** How mm_* gets rows: in place, decoded to f32 (dec_*), or decoded to bf16 (dec_mx2bf; the tiled
  *  path decodes mxfp4 to f32, dec_mx2f32). */
 export const ROWS: Record<Fmt, 'f32' | 'bf16' | 'dec_f32' | 'dec_bf16'> = {

@@ -15,7 +15,9 @@
 //
 // Formats. f32 and bf16 are used in place. mxfp4 rows are decoded to bf16 (each E2M1*2^(s-127)
 // is exactly a bf16: at most 2 significant bits, f32 exponent range) with two byte lookups per
-// 16 nibbles into a per-scale table, then take the bf16 path. f16, fp8 and int4 rows are
+// 16 nibbles into a per-scale table, then take the bf16 path; for fewer than TILE_MIN_T tokens
+// the low and high nibbles are looked up apart (no shuffle into column order first), which
+// puts columns {0,4,8,12},{2,6,10,14},{1,5,9,13},{3,7,11,15} in the accumulators (perm 'mx'). f16, fp8 and int4 rows are
 // decoded to exact f32 values (fp8 and int4 after the one f32 multiply by their scale, as in
 // ref.ts) and then dotted. A row is decoded once per call and used for all T tokens.
 //
@@ -264,7 +266,7 @@ function addTileX(gen: Gen): void {
 
 // ---- activation permutation (natural -> perm) and its inverse, per token ----
 function addPermutes(gen: Gen): void {
-  for (const perm of ['bf'] as Perm[]) {
+  for (const perm of ['bf', 'mx'] as Perm[]) {
     const P = PERMS[perm];
     for (const inverse of [false, true]) {
       const f = gen.fnx(inverse ? `unperm_${perm}` : `permx_${perm}`, { src: I32, dst: I32, T: I32, cols: I32 });

@@ -10,7 +10,7 @@ import {
   type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp,
   mac, finalize, bf16At, type Gen, reg,
 } from './gen.js';
-import { type Decoders, fp8ToBf16, mxGroup, storeBf16x16, storeBf16Scaled } from './decode.js';
+import { type Decoders, fp8ToBf16, mxGroupApart, storeBf16Apart, storeBf16Scaled } from './decode.js';
 import type { Madd } from './fma.js';
 
 /** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
@@ -293,7 +293,7 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
     ];
   };
   const decode = (i: number, k: number): Code[] => fp8 ? fp8Group(i, k) : (mx
-    ? mxGroup(gen, f, get(pw[i]!), get(ps[i]!), k, (lb, hb, h) => storeBf16x16(lb, hb, (hh) => out(i, k, 32 * h + 16 * hh)))
+    ? mxGroupApart(gen, f, get(pw[i]!), get(ps[i]!), k, (lbE, hbE, lbO, hbO) => storeBf16Apart(lbE, hbE, lbO, hbO, (jj) => out(i, k, 16 * jj)))
     : int4Group(i, k));
   const hi16 = gen.K(f, HI16_BYTES);
   /** The chunk's dot, n groups: a loop over lane groups ks, 16 columns a step (scratch offset q,
@@ -343,7 +343,7 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
       block(loop(br_if(1, i32.gt_u(i32.add(get(g), i32.const(CG)), get(ng))), ...chunk(CG), br(0))),
       block(loop(br_if(1, i32.ge_u(get(g), get(ng))), ...chunk(1), br(0))),
       ...Array.from({ length: NR }, (_, i) => [
-        set(acc, finalize(f, fp8 ? 'id' : 'bf', A[i]!, `c${i}`)),
+        set(acc, finalize(f, MM_PERM[fmt], A[i]!, `c${i}`)),
         f32.store(addp(P('y'), i32.shl(rowOf(i), i32.const(2))), get(acc)),
       ]).flat(),
     ),
