@@ -236,51 +236,56 @@ function addDecMx2f32(gen: Gen): Fn {
 const MX_DEC_UNROLL = 4;
 
 /**
- * One 32-column mxfp4 group in registers: the 16 bytes at pw + 16k, the scale byte at ps + k; the
- * scale's planes (MX_PLANES) looked up with the nibbles in column order; emit(lb, hb, h) takes the
- * low and high bytes of the bf16 values of columns 16h .. 16h + 15. Uses locals prefixed mx_.
+ * The start of a 32-column mxfp4 group: the 16 bytes at pw + 16k split into their low nibbles (the
+ * even columns, byte j: column 2j) and high nibbles (the odd ones), and the planes (MX_PLANES) of
+ * the scale byte at ps + k. Its locals (prefixed mx_) and code.
  */
-function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lb: number, hb: number, h: number) => Code[]): Code[] {
-  const { swz } = gen;
+function mxNibbles(gen: Gen, f: Fn, pw: Code, ps: Code, k: number): { L: number; H: number; lo: number; hi: number; code: Code[] } {
   const V = (n: string): number => f.local(`mx_${n}`, V128);
   const pl = f.local('mx_pl', I32), L = V('L'), H = V('H'), B = V('B'), lo = V('lo'), hi = V('hi');
-  const idx = [V('i0'), V('i1')], lb = V('lb'), hb = V('hb');
   const nib = gen.Kg(f, NIB_BYTES);
+  return {
+    L, H, lo, hi, code: [
+      set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(ps, k), i32.const(5)))),
+      set(L, v128.load(get(pl))),
+      set(H, v128.load(get(pl), 16)),
+      set(B, v128.load(pw, 16 * k)),
+      set(lo, v128.and(get(B), nib)),
+      set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+    ],
+  };
+}
+
+/**
+ * One 32-column mxfp4 group in registers (mxNibbles), the planes looked up with the nibbles in
+ * column order; emit(lb, hb, h) takes the low and high bytes of the bf16 values of columns 16h ..
+ * 16h + 15.
+ */
+function mxGroup(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lb: number, hb: number, h: number) => Code[]): Code[] {
+  const { L, H, lo, hi, code } = mxNibbles(gen, f, pw, ps, k);
+  const idx = [f.local('mx_i0', V128), f.local('mx_i1', V128)], lb = f.local('mx_lb', V128), hb = f.local('mx_hb', V128);
   return [
-    set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(ps, k), i32.const(5)))),
-    set(L, v128.load(get(pl))),
-    set(H, v128.load(get(pl), 16)),
-    set(B, v128.load(pw, 16 * k)),
-    set(lo, v128.and(get(B), nib)),
-    set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
+    ...code,
     // nibble indices in column order: cols 0..15, then 16..31
     set(idx[0]!, i8x16.shuffle(get(lo), get(hi), ilLo)),
     set(idx[1]!, i8x16.shuffle(get(lo), get(hi), ilHi)),
-    ...[0, 1].flatMap((h) => [set(lb, swz(get(L), get(idx[h]!))), set(hb, swz(get(H), get(idx[h]!))), ...emit(lb, hb, h)]),
+    ...[0, 1].flatMap((h) => [set(lb, gen.swz(get(L), get(idx[h]!))), set(hb, gen.swz(get(H), get(idx[h]!))), ...emit(lb, hb, h)]),
   ];
 }
 
 /**
- * One 32-column mxfp4 group in registers, its nibble planes apart: the even columns' (low nibbles)
- * and the odd columns' (high nibbles) low and high bf16 bytes (emit(lbE, hbE, lbO, hbO)), looked
- * up without first putting the nibbles in column order (two byte shuffles fewer than mxGroup).
- * Uses locals prefixed mx_.
+ * One 32-column mxfp4 group in registers (mxNibbles), its nibble planes apart: the even columns'
+ * (low nibbles) and the odd columns' (high nibbles) low and high bf16 bytes (emit(lbE, hbE, lbO,
+ * hbO)), looked up without first putting the nibbles in column order (two byte shuffles fewer
+ * than mxGroup).
  */
 export function mxGroupApart(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emit: (lbE: number, hbE: number, lbO: number, hbO: number) => Code[]): Code[] {
-  const { swz } = gen;
-  const V = (n: string): number => f.local(`mx_${n}`, V128);
-  const pl = f.local('mx_pl', I32), L = V('L'), H = V('H'), B = V('B'), lo = V('lo'), hi = V('hi');
-  const lbE = V('lbE'), hbE = V('hbE'), lbO = V('lbO'), hbO = V('hbO');
-  const nib = gen.Kg(f, NIB_BYTES);
+  const { L, H, lo, hi, code } = mxNibbles(gen, f, pw, ps, k);
+  const [lbE, hbE, lbO, hbO] = ['lbE', 'hbE', 'lbO', 'hbO'].map((n) => f.local(`mx_${n}`, V128)) as [number, number, number, number];
   return [
-    set(pl, addp(i32.const(MX_PLANES), i32.shl(i32.load8_u(ps, k), i32.const(5)))),
-    set(L, v128.load(get(pl))),
-    set(H, v128.load(get(pl), 16)),
-    set(B, v128.load(pw, 16 * k)),
-    set(lo, v128.and(get(B), nib)),
-    set(hi, v128.and(i16x8.shr_u(get(B), i32.const(4)), nib)),
-    set(lbE, swz(get(L), get(lo))), set(hbE, swz(get(H), get(lo))),
-    set(lbO, swz(get(L), get(hi))), set(hbO, swz(get(H), get(hi))),
+    ...code,
+    set(lbE, gen.swz(get(L), get(lo))), set(hbE, gen.swz(get(H), get(lo))),
+    set(lbO, gen.swz(get(L), get(hi))), set(hbO, gen.swz(get(H), get(hi))),
     ...emit(lbE, hbE, lbO, hbO),
   ];
 }
