@@ -67,6 +67,28 @@ test(`k3 golden tolerance on the wasm path (300-token prompt < ${GOLDEN_TOL})`, 
   }
 });
 
+test('a kernel memory past 2 GiB (weights and chain arrays above 2^31): the reference bytes, every architecture', async () => {
+  // A memory holds up to 3.75 GiB of weights; byte offsets past 2^31 are negative as Int32 words
+  // (a chained MoE block refused them until December 2026). 2 GiB of untouched pages first: no RSS.
+  for (const name of CASES) {
+    const dir = path.join(GOLDEN, name);
+    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 12);
+    const ref = Model.open(dir, { ctx: 64 });
+    const want = await ref.forward(ref.newState(), ids, 'all');
+    await ref.close();
+    const m = await Model.load(dir, { ctx: 64, threads: 2, chunk: 4 });
+    try {
+      const k = m.kernels!.members[0]!;
+      const pad = k.alloc(2 ** 31 + (64 << 20), 4096);
+      const got = await m.forward(m.newState(), ids, 'all', 4);
+      assert.ok(k.mark() > 2 ** 31 && pad.u8.byteOffset < 2 ** 31, `${name}: the weights and arrays lie past 2 GiB`);
+      assert.ok(sameBytes(got, want), `${name}: logits differ from the reference past 2 GiB`);
+    } finally {
+      await m.close();
+    }
+  }
+});
+
 test('a released state is cleared and reused by newState(): same bytes as a fresh one, no new kernel memory', async () => {
   const dir = path.join(GOLDEN, 'k3');
   const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 12);
