@@ -310,8 +310,13 @@ export class WeightStore {
     throw new Error(`${p.base}: piece ${p.seq} not in its matrix`);
   }
 
+  /** A split matrix whose every piece is pinned. */
+  private splitPinned(m: TrunkMatrixLayout): boolean {
+    return m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.plan.pinnedPieces);
+  }
+
   private togetherEligible(m: TrunkMatrixLayout): boolean {
-    return m.pieces.length > 1 && !this.q7.has(m.base) && m.pieces.every((p) => p.seq < this.plan.pinnedPieces && !p.scale);
+    return this.splitPinned(m) && !this.q7.has(m.base) && m.pieces.every((p) => !p.scale);
   }
 
   private releasePiece(p: Piece): void {
@@ -353,7 +358,7 @@ export class WeightStore {
       return heldWhole;
     };
     // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
-    const allPinned = m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.plan.pinnedPieces);
+    const allPinned = this.splitPinned(m);
     let heldParts: { view: WeightView; r0: number }[] | null = null;
     const partsNow = (): { view: WeightView; r0: number }[] | null => {
       if (this.trace) return null;

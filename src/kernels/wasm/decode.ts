@@ -294,8 +294,8 @@ export function mxGroupApart(gen: Gen, f: Fn, pw: Code, ps: Code, k: number, emi
  *  columns' 8 values, then the odd columns' (at(j) for j = 0..3: columns 0-14 even, 1-15 odd,
  *  16-30 even, 17-31 odd). */
 export const storeBf16Apart = (lbE: number, hbE: number, lbO: number, hbO: number, at: (j: number) => [Code, number]): Code[] =>
-  [[lbE, hbE, ilLo], [lbO, hbO, ilLo], [lbE, hbE, ilHi], [lbO, hbO, ilHi]].map(([l, h, il], j) =>
-    v128.store(at(j)[0], i8x16.shuffle(get(l as number), get(h as number), il as number[]), at(j)[1]));
+  [[lbE, hbE], [lbO, hbO], [lbE, hbE], [lbO, hbO]].map(([l, h], j) =>
+    v128.store(at(j)[0], i8x16.shuffle(get(l!), get(h!), j < 2 ? ilLo : ilHi), at(j)[1]));
 
 /**
  * The frame of the mxfp4 decoders: a row's 32-column groups (16 bytes, one scale byte each) in a
