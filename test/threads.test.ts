@@ -72,7 +72,7 @@ test('a kernel memory past 2 GiB (weights and chain arrays above 2^31): the refe
   // (a chained MoE block refused them until December 2026). 2 GiB of untouched pages first: no RSS.
   for (const name of CASES) {
     const dir = path.join(GOLDEN, name);
-    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 12);
+    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 24);
     const ref = Model.open(dir, { ctx: 64 });
     const want = await ref.forward(ref.newState(), ids, 'all');
     await ref.close();
@@ -80,12 +80,14 @@ test('a kernel memory past 2 GiB (weights and chain arrays above 2^31): the refe
     try {
       const k = m.kernels!.members[0]!;
       const pad = k.alloc(2 ** 31 + (64 << 20), 4096);
-      // a prompt in chunks of 4 (the tiled products), then one token at a time (the single-token ones)
+      // a prompt in chunks of 4 (the tiled products of the decoded formats), one of 17 (bf16's
+      // too: TILE_MIN_T), then one token at a time (the single-token products)
       const st = m.newState();
       const V = want.length / ids.length;
       const got = new Float32Array(want.length);
-      got.set(await m.forward(st, ids.slice(0, 8), 'all', 4));
-      for (let t = 8; t < ids.length; t++) got.set(await m.forward(st, [ids[t]!], 'last'), t * V);
+      got.set(await m.forward(st, ids.slice(0, 4), 'all', 4));
+      got.set(await m.forward(st, ids.slice(4, 21), 'all', 17), 4 * V);
+      for (let t = 21; t < ids.length; t++) got.set(await m.forward(st, [ids[t]!], 'last'), t * V);
       assert.ok(k.mark() > 2 ** 31 && pad.u8.byteOffset < 2 ** 31, `${name}: the weights and arrays lie past 2 GiB`);
       assert.ok(sameBytes(got, want), `${name}: logits differ from the reference past 2 GiB`);
     } finally {

@@ -388,7 +388,7 @@ export class Kernels {
   }
 
   /**
-   * x [T, cols] in the layout the format's kernel wants: for T >= TILE_MIN_T token tiles
+   * x [T, cols] in the layout the format's kernel wants: for T >= TILE_MIN_T[fmt] token tiles
    * (tilex), below that the rows themselves or their permuted copy.
    */
   private prepX(x: Float32Array, T: number, cols: number, perm: Perm, tiled: boolean): number {
@@ -433,9 +433,9 @@ export class Kernels {
   }
 
   /** How a product of R with T tokens wants its activations (wasm/kernels.ts): token tiles from
-   *  TILE_MIN_T tokens on, else rows; permuted or not; or 8-bit blocks (q8 experts, q7 trunk). */
+   *  TILE_MIN_T[fmt] tokens on, else rows; permuted or not; or 8-bit blocks (q8 experts, q7 trunk). */
   private layoutOf(R: Resolved, T: number): Layout {
-    const tiled = T >= TILE_MIN_T;
+    const tiled = T >= TILE_MIN_T[R.fmt];
     const perm = tiled ? TILE_PERM[R.fmt] : MM_PERM[R.fmt];
     const q8 = this.fastMxfp4 && R.fmt === 'mxfp4';
     const q7 = R.sdt === Q7_SDT;

@@ -15,7 +15,7 @@
 //
 // Formats. f32 and bf16 are used in place. mxfp4 rows are decoded to bf16 (each E2M1*2^(s-127)
 // is exactly a bf16: at most 2 significant bits, f32 exponent range) with two byte lookups per
-// 16 nibbles into a per-scale table, then take the bf16 path; for fewer than TILE_MIN_T tokens
+// 16 nibbles into a per-scale table, then take the bf16 path; for fewer than TILE_MIN_T.mxfp4 tokens
 // the low and high nibbles are looked up apart (no shuffle into column order first), which
 // puts columns {0,4,8,12},{2,6,10,14},{1,5,9,13},{3,7,11,15} in the accumulators (perm 'mx'). f16, fp8 and int4 rows are
 // decoded to exact f32 values (fp8 and int4 after the one f32 multiply by their scale, as in
@@ -220,7 +220,7 @@ function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>): void {
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));
     const mmt = fns.find((g) => g.name === `mmt_${fmt}`)!;
-    const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T)), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
+    const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T[fmt])), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
     f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact])
       : fmt === 'bf16' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q7_SDT)), [call(reg(mmq7), ...args)], [exact]) : exact;
   }
