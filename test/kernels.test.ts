@@ -105,7 +105,7 @@ const SHAPES: Record<WeightFormat, [number, number][]> = {
 const FORMATS = Object.keys(SHAPES) as WeightFormat[];
 // Below TILE_MIN_T[format] each token runs the single-token dot; from it on, tokens come in tiles
 // of TILE_TOKENS with a smaller last tile (every tile size 1..TILE_TOKENS occurs below for every
-// format: from 4 tokens on, and for bf16, whose tiled path starts at 16, at 17, 18, 19).
+// format: from 2 or 4 tokens on, and for bf16, whose tiled path starts at 16, at 17, 18, 19).
 const TS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 16, 17, 18, 19, 64];
 
 let k1: Kernels; // 1 thread
