@@ -78,7 +78,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
     const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
     const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
-    const hv = f.local('hv', V128), nb = f.local('nb', I32), cw = f.local('cw', I32);
+    const hv = f.local('hv', V128), nb = f.local('nb', I32), cw = f.local('cw', I32), tch = f.local('tch', I32);
     const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
     const S = (i: number): Code => addp(P('scratch'), i32.mul(get(rowb), i32.const(i)));
     f.prologue.push(
@@ -111,6 +111,22 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
         i32.store(get(q), i32.shl(i32.load16_u(get(p)), i32.const(16))),
         set(p, i32.add(get(p), i32.const(2))), set(q, i32.add(get(q), i32.const(4))), br(0))),
     ];
+    /** Stored rows used in place (bf16, f32): one load per 64-byte line of rows [r, r + nr) first.
+     *  Why: the widening loop (or the first pass, for f32) does ~8 operations per 16 bytes, so the
+     *  reorder window holds the loads of only ~14 lines and a row pair streams from memory at about
+     *  10 GB/s; this loop's 3 operations a line keep ~100 lines in flight, and what follows reads
+     *  from the caches. The loaded words are folded into tch, stored once at the end (kept alive);
+     *  no number changes. Decoded formats gain nothing (their decoding does more per byte). */
+    const touchRows = (nr: number): Code[] => {
+      const rowBytes = kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb);
+      return [
+        set(p, i32.and(addp(P('w'), i32.mul(get(r), rowBytes)), i32.const(-64))),
+        set(qend, addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), rowBytes))),
+        block(loop(br_if(1, i32.ge_u(get(p), get(qend))),
+          set(tch, i32.xor(get(tch), i32.load(get(p)))),
+          set(p, i32.add(get(p), i32.const(64))), br(0))),
+      ];
+    };
     /** Row r+i as exact f32 values at RP[i]. */
     const loadRow = (i: number): Code[] => {
       const row = i32.add(get(r), i32.const(i));
@@ -202,10 +218,13 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     for (const nr of TR === 2 ? [2, 1] : [1]) {
       body.push(block(loop(
         br_if(1, i32.gt_u(i32.add(get(r), i32.const(nr)), P('r1'))),
+        ...(kind === 'bf16' || kind === 'f32' ? touchRows(nr) : []),
         ...Array.from({ length: nr }, (_, i) => loadRow(i)).flat(),
         ...tiles(nr),
         set(r, i32.add(get(r), i32.const(nr))), br(0))));
     }
+    // the touched words, kept alive (scratch's first bytes: a decoded row's, unused here)
+    if (kind === 'bf16' || kind === 'f32') body.push(i32.store(P('scratch'), get(tch)));
     f.body = body;
   }
 }
