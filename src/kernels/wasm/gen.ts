@@ -88,7 +88,8 @@ export const TILE_SCRATCH = 2 * 16 * 4 * 16 + 64;
 export const FMTS: readonly Fmt[] = ['f32', 'bf16', 'f16', 'fp8', 'int4', 'mxfp4'];
 
 export interface GenOptions {
-  /** Use relaxed_swizzle for table lookups (indices are always 0..15, so results are identical). */
+  /** Use relaxed_swizzle for byte lookups (indices are always 0..15, or 0x80 for a zero byte, where
+   *  both instructions give the same result; widenBf16 in decode.ts). */
   relaxed: boolean;
   /** f32x4.relaxed_madd is a fused multiply-add on this machine (loader.ts fusedMaddAvailable):
    *  the dots use it; otherwise they use fma.ts's exact emulation (same bytes, slower). */

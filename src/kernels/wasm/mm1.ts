@@ -288,7 +288,7 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
       ...[0, 1].flatMap((h) => [
         set(v, v128.load(get(pw[i]!), 32 * k + 16 * h)),
         ...fp8ToBf16(gen, f, v, lo, hi),
-        ...[lo, hi].flatMap((b, bi) => storeBf16Scaled(b, sc, ...out(i, k, 64 * h + 32 * bi))),
+        ...[lo, hi].flatMap((b, bi) => storeBf16Scaled(gen, f, b, sc, ...out(i, k, 64 * h + 32 * bi))),
       ]),
     ];
   };
