@@ -40,7 +40,7 @@ import {
   FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, mac, finalize, bf16At,
   type Generated, type Gen, newGen, reg, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
-import { type Decoders, addScalarHelpers, addDecoders, widenBf16 } from './decode.js';
+import { type Decoders, addScalarHelpers, addDecoders } from './decode.js';
 import { MM1_MIN_DIST, addSingleTokenMatmul } from './mm1.js';
 
 export {
@@ -103,8 +103,8 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
       set(qend, addp(get(xt), i32.shl(i32.and(P('cols'), i32.const(-8)), i32.const(2)))),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
         set(hv, v128.load(get(p))),
-        v128.store(get(q), widenBf16(gen, f, get(hv), 0)),
-        v128.store(get(q), widenBf16(gen, f, get(hv), 1), 16),
+        v128.store(get(q), i32x4.shl(i32x4.extend_low_i16x8_u(get(hv)), i32.const(16))),
+        v128.store(get(q), i32x4.shl(i32x4.extend_high_i16x8_u(get(hv)), i32.const(16)), 16),
         set(p, i32.add(get(p), i32.const(16))), set(q, i32.add(get(q), i32.const(32))), br(0))),
       set(qend, addp(get(xt), get(colsb))),
       block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
