@@ -185,8 +185,9 @@ export class Chain {
   /**
    * The routed sum and latent norm of T MoE tokens (wasm/fused.ts moe_combine) as one op of the
    * current step: out[t] = Σ_j f32(w_tj · rows[t·K + j]) in router order, then RMSNorm with `norm`
-   * (null: none). rows are the byte offsets of zw values each in kernel memory (unsigned: a memory may pass 2 GiB) (expert outputs of
-   * earlier steps); norm a constant in kernel memory. Returns out, a new arena array [T, zw].
+   * (null: none). rows are the byte offsets of zw values each in kernel memory (expert outputs of
+   * earlier steps), unsigned: a memory may pass 2 GiB; norm a constant in kernel memory. Returns
+   * out, a new arena array [T, zw].
    */
   moeCombine(rows: Uint32Array, weights: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
     if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);

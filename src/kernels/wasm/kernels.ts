@@ -117,23 +117,23 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
      *  10 GB/s; this loop's 3 operations a line keep ~100 lines in flight, and what follows reads
      *  from the caches. The loaded words are folded into tch, stored once at the end (kept alive);
      *  no number changes. Decoded formats gain nothing (their decoding does more per byte). */
-    const touchRows = (nr: number): Code[] => {
-      const rowBytes = kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb);
-      return [
-        set(p, i32.and(addp(P('w'), i32.mul(get(r), rowBytes)), i32.const(-64))),
-        set(qend, addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), rowBytes))),
-        block(loop(br_if(1, i32.ge_u(get(p), get(qend))),
-          set(tch, i32.xor(get(tch), i32.load(get(p)))),
-          set(p, i32.add(get(p), i32.const(64))), br(0))),
-      ];
-    };
+    const inPlace = kind === 'bf16' || kind === 'f32';
+    /** Bytes of a stored row used in place (bf16: 2 a column, f32: 4). */
+    const storedRowBytes = (): Code => (kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb));
+    const touchRows = (nr: number): Code[] => [
+      set(p, i32.and(addp(P('w'), i32.mul(get(r), storedRowBytes())), i32.const(-64))),
+      set(qend, addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes()))),
+      block(loop(br_if(1, i32.ge_u(get(p), get(qend))),
+        set(tch, i32.xor(get(tch), i32.load(get(p)))),
+        set(p, i32.add(get(p), i32.const(64))), br(0))),
+    ];
     /** Row r+i as exact f32 values at RP[i]. */
     const loadRow = (i: number): Code[] => {
       const row = i32.add(get(r), i32.const(i));
       if (kind === 'dec_f32') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
       if (kind === 'dec_bf16') return [drop(call(reg(dec.mx2f32!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
-      if (kind === 'bf16') return widen(addp(P('w'), i32.mul(row, i32.shl(P('cols'), i32.const(1)))), get(RP[i]!));
-      return [set(RP[i]!, addp(P('w'), i32.mul(row, get(colsb))))];
+      if (kind === 'bf16') return widen(addp(P('w'), i32.mul(row, storedRowBytes())), get(RP[i]!));
+      return [set(RP[i]!, addp(P('w'), i32.mul(row, storedRowBytes())))];
     };
     const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
     const PR = [0, 1].map((i) => f.local(`pr${i}`, I32));
@@ -218,13 +218,13 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     for (const nr of TR === 2 ? [2, 1] : [1]) {
       body.push(block(loop(
         br_if(1, i32.gt_u(i32.add(get(r), i32.const(nr)), P('r1'))),
-        ...(kind === 'bf16' || kind === 'f32' ? touchRows(nr) : []),
+        ...(inPlace ? touchRows(nr) : []),
         ...Array.from({ length: nr }, (_, i) => loadRow(i)).flat(),
         ...tiles(nr),
         set(r, i32.add(get(r), i32.const(nr))), br(0))));
     }
     // the touched words, kept alive (scratch's first bytes: a decoded row's, unused here)
-    if (kind === 'bf16' || kind === 'f32') body.push(i32.store(P('scratch'), get(tch)));
+    if (inPlace) body.push(i32.store(P('scratch'), get(tch)));
     f.body = body;
   }
 }
