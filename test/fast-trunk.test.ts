@@ -133,10 +133,13 @@ for (const name of ['k3', 'kimi-linear']) {
     const floor = Model.plan(dir, { budget: 0, ctx: 128, chunk: 7, maxPiece: 8192 }).floorBytes;
     let first: Float32Array | null = null;
     const notices: string[] = [];
-    for (const [threads, chunk, budget] of [[1, 64, undefined], [2, 64, undefined], [2, 7, undefined], [1, 7, floor]] as const) {
+    // the last two in small pieces: all streamed at the floor; all pinned (each split matrix
+    // requantized whole in one buffer: one q7 view, which the chained dispatches take)
+    for (const [threads, chunk, budget] of [[1, 64, undefined], [2, 64, undefined], [2, 7, undefined], [1, 7, floor], [2, 7, Number.MAX_SAFE_INTEGER]] as const) {
       const m = await Model.load(dir, { ctx: 128, threads, chunk, fast: true, notice: (s) => notices.push(s), ...(budget ? { budget, maxPiece: 8192 } : {}) });
       try {
-        if (budget) assert.ok(m.store.plan.streamedBytes > 0, 'the small budget streams trunk pieces');
+        if (budget === floor) assert.ok(m.store.plan.streamedBytes > 0, 'the small budget streams trunk pieces');
+        if (budget === Number.MAX_SAFE_INTEGER) await m.store.preload();
         assert.ok(m.store.requantized.matrices > 0 && m.kernels!.fastExperts);
         const got = await m.forward(m.newState(), ids, 'all', chunk);
         assert.ok(got.every((v) => Number.isFinite(v)), 'finite logits');
@@ -147,6 +150,20 @@ for (const name of ['k3', 'kimi-linear']) {
           assert.ok(meanKL < KL_BOUND, `mean KL ${meanKL} over ${KL_BOUND}`);
           assert.ok(!sameBytes(base, got), 'the fast path is a different computation');
         } else assert.ok(sameBytes(got, first), `threads ${threads} chunk ${chunk} budget ${budget ?? 'max'}: --fast logits differ`);
+        if (budget === Number.MAX_SAFE_INTEGER) {
+          const st = m.store;
+          const split = [...st.layout.matrices.values()].filter((sm) => sm.pieces.length > 1 && st.isRequantized(sm.base));
+          assert.ok(split.length > 0, 'some requantized matrix split into pieces');
+          for (const sm of split) {
+            const whole = st.mat(sm.base, sm.rows, sm.cols).now?.();
+            assert.ok(whole && whole.format === 'q7' && whole.rows === sm.rows && whole.data.length === sm.rows * sm.cols, `${sm.base}: one q7 view`);
+            assert.equal(whole.scale!.length, sm.rows * (sm.cols / 32) * 4);
+            // each piece's view: its rows of the whole (bytes and scales)
+            await st.mat(sm.base, sm.rows, sm.cols).parts((v, r0) => {
+              assert.ok(v.format === 'q7' && v.data.byteOffset === whole.data.byteOffset + r0 * sm.cols && v.scale!.byteOffset === whole.scale!.byteOffset + r0 * (sm.cols / 32) * 4, `${sm.base}: piece at row ${r0}`);
+            });
+          }
+        }
       } finally {
         await m.close();
       }

@@ -23,7 +23,7 @@ import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type 
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
-import { bf16Decoder, decodeRunInPlace, q7Bytes, requantizeQ7InPlace } from '../kernels/fast.js';
+import { bf16Decoder, decodeRunInPlace, requantizeQ7InPlace } from '../kernels/fast.js';
 import type { WeightView } from '../formats/weight.js';
 import { withChecksums } from './checksums.js';
 import type { VerifyMode } from './verified-reader.js';
@@ -247,11 +247,13 @@ export class WeightStore {
     this.stats.trunkBytesRead += p.bytes;
   }
 
-  /** The view of a piece's buffer: as stored, or the q7 rows it was requantized to. */
+  /** The view of a piece's buffer: as stored, or the q7 rows it was requantized to (in its own
+   *  buffer, or in its matrix's one buffer: pinQ7Together). */
   private viewOf(p: Piece, buf: Uint8Array, base: string): WeightView {
     if (!this.q7.has(p.base)) return pieceView(p, buf, base);
-    const rows = p.r1 - p.r0;
-    return { name: base, format: 'q7', rows, cols: p.cols, data: buf.subarray(0, rows * p.cols), scale: buf.subarray(rows * p.cols, q7Bytes(rows, p.cols)) };
+    const whole = this.together.get(p.base);
+    if (whole) return q7Rows(base, whole, this.layout.matrices.get(p.base)!.rows, p.cols, p.r0, p.r1);
+    return q7Rows(base, buf, p.r1 - p.r0, p.cols, 0, p.r1 - p.r0);
   }
 
   /** Whether the trunk matrices `--fast` requantizes include `base`. */
@@ -275,11 +277,16 @@ export class WeightStore {
     }
     let e = this.pinned.get(p.seq);
     if (!e) {
-      const buf = this.pinBuffer(p);
-      const entry = { buf, ready: this.readPiece(p, buf), done: false };
-      entry.ready.then(() => void (entry.done = true), () => {});
-      this.pinned.set(p.seq, entry);
-      e = entry;
+      const m = this.layout.matrices.get(p.base)!;
+      const whole = this.q7.has(p.base) ? this.togetherBuffer(m) : null;
+      if (whole) e = this.pinQ7Together(m, whole).get(p.seq)!;
+      else {
+        const buf = this.pinBuffer(p);
+        const entry = { buf, ready: this.readPiece(p, buf), done: false };
+        entry.ready.then(() => void (entry.done = true), () => {});
+        this.pinned.set(p.seq, entry);
+        e = entry;
+      }
     }
     const t0 = performance.now();
     await e.ready;
@@ -289,18 +296,14 @@ export class WeightStore {
 
   /**
    * A pinned piece's buffer: its own, or its rows of one buffer that holds its whole matrix (a split
-   * matrix, every piece pinned, rows only: bf16 / f16 / f32 without scales, not requantized), so
-   * that the matrix is one view too (`now`) and the chained dispatches take it (a matrix over
-   * DEFAULT_MAX_PIECE is split: K3's KDA and MoE products, its lm_head). The same bytes either way.
+   * matrix, every piece pinned, rows only: bf16 / f16 / f32 without scales; `--fast`'s requantized
+   * ones go through pinQ7Together), so that the matrix is one view too (`now`) and the chained
+   * dispatches take it (a matrix over DEFAULT_MAX_PIECE is split: K3's KDA and MoE products, its
+   * lm_head). The same bytes either way.
    */
   private pinBuffer(p: Piece): Uint8Array {
     const m = this.layout.matrices.get(p.base)!;
-    if (!this.togetherEligible(m)) return this.alloc(p.bytes);
-    let buf = this.together.get(m.base);
-    if (buf === undefined) {
-      buf = this.allocTogether(m.pieces.reduce((n, q) => n + q.bytes, 0));
-      this.together.set(m.base, buf);
-    }
+    const buf = this.togetherBuffer(m);
     if (!buf) return this.alloc(p.bytes);
     let off = 0;
     for (const q of m.pieces) {
@@ -310,13 +313,45 @@ export class WeightStore {
     throw new Error(`${p.base}: piece ${p.seq} not in its matrix`);
   }
 
+  /** The one buffer of split matrix m's pieces (allocated at the first piece's pinning), or null
+   *  when m does not go in one (togetherEligible) or it did not fit where weights go now. */
+  private togetherBuffer(m: TrunkMatrixLayout): Uint8Array | null {
+    if (!this.togetherEligible(m)) return null;
+    let buf = this.together.get(m.base);
+    if (buf === undefined) {
+      buf = this.allocTogether(m.pieces.reduce((n, q) => n + q.bytes, 0));
+      this.together.set(m.base, buf);
+    }
+    return buf;
+  }
+
+  /**
+   * Pins every piece of a split matrix that `--fast` requantizes, in its one buffer: the pieces'
+   * bf16 rows are read there, then the whole matrix is requantized at once, so that its q7 rows
+   * are one view (row r at r * cols, all scales after all rows: the layout the kernels take) and
+   * the chained dispatches take it, as they take a bf16 matrix's. Each piece's entry is ready when
+   * the whole is. The q7 bytes of a row are its own (requantizeQ7Ref works row by row), so they
+   * are those of a piece requantized alone (streamed pieces): the same numbers at every budget.
+   */
+  private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): Map<number, { buf: Uint8Array; ready: Promise<void>; done: boolean }> {
+    let off = 0;
+    const bufs = m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
+    const ready = Promise.all(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
+    m.pieces.forEach((q, i) => {
+      const entry = { buf: bufs[i]!, ready, done: false };
+      ready.then(() => void (entry.done = true), () => {});
+      this.pinned.set(q.seq, entry);
+    });
+    return this.pinned;
+  }
+
   /** A split matrix whose every piece is pinned. */
   private splitPinned(m: TrunkMatrixLayout): boolean {
     return m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.plan.pinnedPieces);
   }
 
   private togetherEligible(m: TrunkMatrixLayout): boolean {
-    return this.splitPinned(m) && !this.q7.has(m.base) && m.pieces.every((p) => !p.scale);
+    return this.splitPinned(m) && m.pieces.every((p) => !p.scale);
   }
 
   private releasePiece(p: Piece): void {
@@ -354,7 +389,7 @@ export class WeightStore {
       if (heldWhole) return heldWhole;
       const buf = this.together.get(base);
       if (!buf || !m.pieces.every((p) => this.pinned.get(p.seq)?.done)) return null;
-      heldWhole = { ...view(m.pieces[0]!, buf), name: base, rows, data: buf };
+      heldWhole = this.q7.has(base) ? q7Rows(base, buf, rows, cols, 0, rows) : { ...view(m.pieces[0]!, buf), name: base, rows, data: buf };
       return heldWhole;
     };
     // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
@@ -715,6 +750,13 @@ export class WeightStore {
     await Promise.allSettled(this.slotBusy);
     this.reader.close();
   }
+}
+
+/** Rows [r0, r1) of a q7 matrix of `rows` rows requantized in buf (q8-trunk.ts: the q bytes of
+ *  row r at r * cols, then every row's f32 scales, cols / 32 a row), as a 'q7' view. */
+function q7Rows(name: string, buf: Uint8Array, rows: number, cols: number, r0: number, r1: number): WeightView {
+  const nb = cols / 32;
+  return { name, format: 'q7', rows: r1 - r0, cols, data: buf.subarray(r0 * cols, r1 * cols), scale: buf.subarray(rows * cols + 4 * r0 * nb, rows * cols + 4 * r1 * nb) };
 }
 
 /** The trunk matrices `--fast` requantizes: bf16 products in 32-column blocks, not read by rows, not the router. */
