@@ -279,8 +279,10 @@ export class WeightStore {
     if (!e) {
       const m = this.layout.matrices.get(p.base)!;
       const whole = this.q7.has(p.base) ? this.togetherBuffer(m) : null;
-      if (whole) e = this.pinQ7Together(m, whole).get(p.seq)!;
-      else {
+      if (whole) {
+        this.pinQ7Together(m, whole);
+        e = this.pinned.get(p.seq)!;
+      } else {
         const buf = this.pinBuffer(p);
         const entry = { buf, ready: this.readPiece(p, buf), done: false };
         entry.ready.then(() => void (entry.done = true), () => {});
@@ -333,7 +335,7 @@ export class WeightStore {
    * the whole is. The q7 bytes of a row are its own (requantizeQ7Ref works row by row), so they
    * are those of a piece requantized alone (streamed pieces): the same numbers at every budget.
    */
-  private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): Map<number, { buf: Uint8Array; ready: Promise<void>; done: boolean }> {
+  private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): void {
     let off = 0;
     const bufs = m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
     const ready = Promise.all(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
@@ -342,7 +344,6 @@ export class WeightStore {
       ready.then(() => void (entry.done = true), () => {});
       this.pinned.set(q.seq, entry);
     });
-    return this.pinned;
   }
 
   /** A split matrix whose every piece is pinned. */
