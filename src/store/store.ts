@@ -252,7 +252,7 @@ export class WeightStore {
   private viewOf(p: Piece, buf: Uint8Array, base: string): WeightView {
     if (!this.q7.has(p.base)) return pieceView(p, buf, base);
     const whole = this.together.get(p.base);
-    if (whole) return q7Rows(base, whole, this.layout.matrices.get(p.base)!.rows, p.cols, p.r0, p.r1);
+    if (whole) return q7Rows(base, whole, p.rows, p.cols, p.r0, p.r1);
     return q7Rows(base, buf, p.r1 - p.r0, p.cols, 0, p.r1 - p.r0);
   }
 
@@ -278,12 +278,12 @@ export class WeightStore {
     let e = this.pinned.get(p.seq);
     if (!e) {
       const m = this.layout.matrices.get(p.base)!;
-      const whole = this.q7.has(p.base) ? this.togetherBuffer(m) : null;
-      if (whole) {
+      const whole = this.togetherBuffer(m);
+      if (whole && this.q7.has(p.base)) {
         this.pinQ7Together(m, whole);
         e = this.pinned.get(p.seq)!;
       } else {
-        const buf = this.pinBuffer(p);
+        const buf = this.pinBuffer(p, m, whole);
         const entry = { buf, ready: this.readPiece(p, buf), done: false };
         entry.ready.then(() => void (entry.done = true), () => {});
         this.pinned.set(p.seq, entry);
@@ -303,16 +303,11 @@ export class WeightStore {
    * dispatches take it (a matrix over DEFAULT_MAX_PIECE is split: K3's KDA and MoE products, its
    * lm_head). The same bytes either way.
    */
-  private pinBuffer(p: Piece): Uint8Array {
-    const m = this.layout.matrices.get(p.base)!;
-    const buf = this.togetherBuffer(m);
-    if (!buf) return this.alloc(p.bytes);
-    let off = 0;
-    for (const q of m.pieces) {
-      if (q === p) return buf.subarray(off, off + p.bytes);
-      off += q.bytes;
-    }
-    throw new Error(`${p.base}: piece ${p.seq} not in its matrix`);
+  private pinBuffer(p: Piece, m: TrunkMatrixLayout, whole: Uint8Array | null): Uint8Array {
+    if (!whole) return this.alloc(p.bytes);
+    const i = m.pieces.indexOf(p);
+    if (i < 0) throw new Error(`${p.base}: piece ${p.seq} not in its matrix`);
+    return piecesIn(m, whole)[i]!;
   }
 
   /** The one buffer of split matrix m's pieces (allocated at the first piece's pinning), or null
@@ -336,8 +331,7 @@ export class WeightStore {
    * are those of a piece requantized alone (streamed pieces): the same numbers at every budget.
    */
   private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): void {
-    let off = 0;
-    const bufs = m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
+    const bufs = piecesIn(m, whole);
     const ready = Promise.all(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
     m.pieces.forEach((q, i) => {
       const entry = { buf: bufs[i]!, ready, done: false };
@@ -751,6 +745,12 @@ export class WeightStore {
     await Promise.allSettled(this.slotBusy);
     this.reader.close();
   }
+}
+
+/** Each piece's bytes in its matrix's one buffer (pinBuffer), the pieces in row order. */
+function piecesIn(m: TrunkMatrixLayout, whole: Uint8Array): Uint8Array[] {
+  let off = 0;
+  return m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
 }
 
 /** Rows [r0, r1) of a q7 matrix of `rows` rows requantized in buf (q8-trunk.ts: the q bytes of
