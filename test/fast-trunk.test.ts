@@ -13,7 +13,7 @@ import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN, sameBytes, xorshift } from './helpers.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
-import { matmulQ7Ref, requantizeQ7InPlace, q7Bytes, Q7_OFF } from '../src/kernels/wasm/q8-trunk.js';
+import { matmulQ7Ref, requantizeQ7InPlace, q7View, Q7_OFF } from '../src/kernels/wasm/q8-trunk.js';
 import { groupWordsPos } from '../src/kernels/wasm/q8.js';
 import type { WeightView } from '../src/formats/weight.js';
 import { Model } from '../src/model/model.js';
@@ -38,9 +38,9 @@ function bf16Bytes(rows: number, cols: number): Uint8Array {
 }
 
 /** A q7 view over requantized bf16 bytes (data then f32 scales, in the same buffer). */
-function q7View(bytes: Uint8Array, rows: number, cols: number): WeightView {
+function requantized(bytes: Uint8Array, rows: number, cols: number): WeightView {
   requantizeQ7InPlace(bytes, rows, cols);
-  return { name: 'q7', format: 'q7', rows, cols, data: bytes.subarray(0, rows * cols), scale: bytes.subarray(rows * cols, q7Bytes(rows, cols)) };
+  return q7View('q7', bytes, rows, cols);
 }
 
 function acts(n: number): Float32Array {
@@ -56,7 +56,7 @@ test('q7 requantization in place: per block of 32, d = f32(amax / 63), q = round
   const orig = new Float32Array(rows * cols);
   const u = new Uint32Array(orig.buffer);
   for (let i = 0; i < orig.length; i++) u[i] = ((bf[2 * i]! | (bf[2 * i + 1]! << 8)) << 16) >>> 0;
-  const w = q7View(bf, rows, cols);
+  const w = requantized(bf, rows, cols);
   const sv = new DataView(w.scale!.buffer, w.scale!.byteOffset, w.scale!.byteLength);
   for (let r = 0; r < rows; r++) {
     for (let b = 0; b < cols / 32; b++) {
@@ -79,7 +79,7 @@ test('q7 requantization in place: per block of 32, d = f32(amax / 63), q = round
 test('q7 x q8: wasm == TypeScript reference bytes (odd sizes, T 1..9, threads 1/2, relaxed on/off, both integer dot forms)', async () => {
   // 19, 37 and 70 rows: at T = 1, rows in pairs far apart (j, j + rows/2), then the rest
   const shapes = [[1, 32], [3, 96], [37, 224], [5, 128], [19, 1024], [8, 160], [4, 2048], [70, 96]] as const;
-  const views = shapes.map(([rows, cols]) => q7View(bf16Bytes(rows, cols), rows, cols));
+  const views = shapes.map(([rows, cols]) => requantized(bf16Bytes(rows, cols), rows, cols));
   // relaxed: the i32x4 dot-add accumulating (intDotAdd, Arm64's one instruction) and the i16x8 dot
   // widened by a dot with ones (x86); plain SIMD: extmul
   for (const [relaxed, intDotAdd] of [[true, false], [true, true], [false, false]] as const) {

@@ -11,7 +11,7 @@ import { createKernels } from '../src/kernels/fast.js';
 import { kernelModule, initConstants, instantiate } from '../src/kernels/wasm/loader.js';
 import { CONST_END } from '../src/kernels/wasm/kernels.js';
 import { quantizeBlocks, q8Bytes, matmulQ8Ref, groupWordsPos, Q8_LAYOUT, ORDER_CODE } from '../src/kernels/wasm/q8.js';
-import { Q8T_LAYOUT, Q7_OFF, matmulQ7Ref, requantizeQ7InPlace, q7Bytes } from '../src/kernels/wasm/q8-trunk.js';
+import { Q8T_LAYOUT, Q7_OFF, matmulQ7Ref, requantizeQ7InPlace, q7View } from '../src/kernels/wasm/q8-trunk.js';
 import type { WeightView } from '../src/formats/weight.js';
 
 const rnd = xorshift(0x3c6ef372);
@@ -172,7 +172,7 @@ test('Kernels: activations in kernel memory are quantized in place; the products
         };
         const bf = new Uint8Array(2 * rows * cols).map((_, i) => (i & 1 ? 0x3c + Math.floor(rnd() * 8) : Math.floor(rnd() * 256)));
         requantizeQ7InPlace(bf, rows, cols);
-        const q7: WeightView = { name: 'q7', format: 'q7', rows, cols, data: bf.subarray(0, rows * cols), scale: bf.subarray(rows * cols, q7Bytes(rows, cols)) };
+        const q7 = q7View('q7', bf, rows, cols);
         const wm = k.upload(mx), wq = k.upload(q7);
         for (const T of [1, 3, 9]) {
           const x = activations(T, cols, true); // no NaN outputs, whose bits need not agree

@@ -8,8 +8,8 @@ import { secondsPerMatmul, syntheticWeight } from './estimate.js';
 import { Model } from '../model/model.js';
 import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
 import { census } from '../checkpoint/census.js';
-import type { WeightFormat, WeightView } from '../formats/weight.js';
-import { q7Bytes, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
+import type { WeightFormat } from '../formats/weight.js';
+import { q7Bytes, q7View, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import { UserError } from '../util/errors.js';
 import { thpMode } from '../util/hugepages.js';
 import { machineInfo, machineLine } from '../util/machine.js';
@@ -325,7 +325,7 @@ function timeQ7(k: Kernels, rows: number, cols: number): { kind: string; shape: 
   const buf = k.alloc(rows * cols * 2, 4096).u8;
   syntheticWeight('bench', 'bf16', rows, cols, buf);
   requantizeQ7InPlace(buf, rows, cols);
-  const w: WeightView = { name: 'bench', format: 'q7', rows, cols, data: buf.subarray(0, rows * cols), scale: buf.subarray(rows * cols, q7Bytes(rows, cols)) };
+  const w = q7View('bench', buf, rows, cols);
   const s = secondsPerMatmul(k, w, 300);
   return { kind: 'q7 x q8 (bf16 trunk requantized, --fast)', shape: [rows, cols], gmac_per_s: (rows * cols) / s / 1e9, gb_per_s: q7Bytes(rows, cols) / s / 1e9 };
 }

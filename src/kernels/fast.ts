@@ -913,4 +913,4 @@ export { bf16Decoder } from './wasm/bf16-decode.js';
 export { CODE_NAME, REF_DECODER, blockRowsFor, decodeRunInPlace, encodeBlock, runRawBytes, runStoredBytes, type BlockDecoder, type CodedRun } from './bf16-code.js';
 
 // The `--fast` trunk requantization (bf16 rows to 7-bit blocks, in place; wasm/q8-trunk.ts).
-export { requantizeQ7InPlace, q7Bytes } from './wasm/q8-trunk.js';
+export { requantizeQ7InPlace, q7Bytes, q7View } from './wasm/q8-trunk.js';

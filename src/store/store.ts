@@ -23,7 +23,7 @@ import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type 
 import { residentMat, type GatedMats, type Mat } from './mat.js';
 import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
-import { bf16Decoder, decodeRunInPlace, requantizeQ7InPlace } from '../kernels/fast.js';
+import { bf16Decoder, decodeRunInPlace, q7View, requantizeQ7InPlace } from '../kernels/fast.js';
 import type { WeightView } from '../formats/weight.js';
 import { withChecksums } from './checksums.js';
 import type { VerifyMode } from './verified-reader.js';
@@ -252,8 +252,8 @@ export class WeightStore {
   private viewOf(p: Piece, buf: Uint8Array, base: string): WeightView {
     if (!this.q7.has(p.base)) return pieceView(p, buf, base);
     const whole = this.together.get(p.base);
-    if (whole) return q7Rows(base, whole, p.rows, p.cols, p.r0, p.r1);
-    return q7Rows(base, buf, p.r1 - p.r0, p.cols, 0, p.r1 - p.r0);
+    if (whole) return q7View(base, whole, p.rows, p.cols, p.r0, p.r1);
+    return q7View(base, buf, p.r1 - p.r0, p.cols);
   }
 
   /** Whether the trunk matrices `--fast` requantizes include `base`. */
@@ -384,7 +384,7 @@ export class WeightStore {
       if (heldWhole) return heldWhole;
       const buf = this.together.get(base);
       if (!buf || !m.pieces.every((p) => this.pinned.get(p.seq)?.done)) return null;
-      heldWhole = this.q7.has(base) ? q7Rows(base, buf, rows, cols, 0, rows) : { ...view(m.pieces[0]!, buf), name: base, rows, data: buf };
+      heldWhole = this.q7.has(base) ? q7View(base, buf, rows, cols) : { ...view(m.pieces[0]!, buf), name: base, rows, data: buf };
       return heldWhole;
     };
     // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
@@ -751,13 +751,6 @@ export class WeightStore {
 function piecesIn(m: TrunkMatrixLayout, whole: Uint8Array): Uint8Array[] {
   let off = 0;
   return m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
-}
-
-/** Rows [r0, r1) of a q7 matrix of `rows` rows requantized in buf (q8-trunk.ts: the q bytes of
- *  row r at r * cols, then every row's f32 scales, cols / 32 a row), as a 'q7' view. */
-function q7Rows(name: string, buf: Uint8Array, rows: number, cols: number, r0: number, r1: number): WeightView {
-  const nb = cols / 32;
-  return { name, format: 'q7', rows: r1 - r0, cols, data: buf.subarray(r0 * cols, r1 * cols), scale: buf.subarray(rows * cols + 4 * r0 * nb, rows * cols + 4 * r1 * nb) };
 }
 
 /** The trunk matrices `--fast` requantizes: bf16 products in 32-column blocks, not read by rows, not the router. */

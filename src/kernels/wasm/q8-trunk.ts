@@ -51,6 +51,7 @@
 // 39.9-41.3 ms a token, 2 threads 27.6 -> 24.7; an 8-token prompt 290 -> 224-234 ms.
 
 import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
+import type { WeightView } from '../../formats/weight.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
 type FnMaker = (name: string, params: Record<string, typeof I32>, result?: typeof I32 | null, exported?: boolean) => Fn;
@@ -64,6 +65,13 @@ const QW = 63;
 /** Bytes of a [rows, cols] matrix requantized to 'q7' (int bytes, then f32 scales). */
 export function q7Bytes(rows: number, cols: number): number {
   return rows * cols + rows * (cols / 32) * 4;
+}
+
+/** Rows [r0, r1) of a [rows, cols] matrix requantized in buf (the q bytes of row r at r * cols,
+ *  then every row's f32 scales, cols / 32 a row), as a 'q7' view. */
+export function q7View(name: string, buf: Uint8Array, rows: number, cols: number, r0 = 0, r1 = rows): WeightView {
+  const nb = cols / 32;
+  return { name, format: 'q7', rows: r1 - r0, cols, data: buf.subarray(r0 * cols, r1 * cols), scale: buf.subarray(rows * cols + 4 * r0 * nb, rows * cols + 4 * r1 * nb) };
 }
 
 /** Bytes quantizeQ8T writes for T tokens of `cols` columns (the layout of quantizeQ8's, unpermuted). */
