@@ -143,7 +143,7 @@ export class WeightStore {
   guessOverride: ((layer: number, guessed: number[]) => number[]) | null = null;
   /** Test hook: told of every expert read, expert use and matrix use, in order. */
   trace: ((e: StoreEvent) => void) | null = null;
-  private readonly pinned = new Map<number, { buf: Uint8Array; ready: Promise<void>; done: boolean }>();
+  private readonly pinned = new Map<number, PinnedPiece>();
   /** Split trunk matrices pinned in one buffer, by base (null: in a buffer per piece); see pinBuffer. */
   private readonly together = new Map<string, Uint8Array | null>();
   /** Trunk matrices requantized to q7 as they are read (`fastTrunk`). */
@@ -284,10 +284,7 @@ export class WeightStore {
         e = this.pinned.get(p.seq)!;
       } else {
         const buf = this.pinBuffer(p, m, whole);
-        const entry = { buf, ready: this.readPiece(p, buf), done: false };
-        entry.ready.then(() => void (entry.done = true), () => {});
-        this.pinned.set(p.seq, entry);
-        e = entry;
+        e = this.pin(p, buf, this.readPiece(p, buf));
       }
     }
     const t0 = performance.now();
@@ -333,11 +330,15 @@ export class WeightStore {
   private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): void {
     const bufs = piecesIn(m, whole);
     const ready = Promise.all(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
-    m.pieces.forEach((q, i) => {
-      const entry = { buf: bufs[i]!, ready, done: false };
-      ready.then(() => void (entry.done = true), () => {});
-      this.pinned.set(q.seq, entry);
-    });
+    m.pieces.forEach((q, i) => this.pin(q, bufs[i]!, ready));
+  }
+
+  /** Records piece p as pinned in buf, its bytes there once `ready` settles (done then). */
+  private pin(p: Piece, buf: Uint8Array, ready: Promise<void>): PinnedPiece {
+    const entry = { buf, ready, done: false };
+    ready.then(() => void (entry.done = true), () => {});
+    this.pinned.set(p.seq, entry);
+    return entry;
   }
 
   /** A split matrix whose every piece is pinned. */
@@ -746,6 +747,9 @@ export class WeightStore {
     this.reader.close();
   }
 }
+
+/** A pinned piece: its buffer, the read (and requantization) that fills it, and whether that has finished. */
+interface PinnedPiece { buf: Uint8Array; ready: Promise<void>; done: boolean }
 
 /** Each piece's bytes in its matrix's one buffer (pinBuffer), the pieces in row order. */
 function piecesIn(m: TrunkMatrixLayout, whole: Uint8Array): Uint8Array[] {
