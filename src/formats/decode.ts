@@ -4,6 +4,7 @@
 
 import { E2M1_TABLE, FP8_TABLE, e8m0ToF32, f16ToF32 } from './dtypes.js';
 import type { WeightView } from './weight.js';
+import { panelSliceOffset } from './panels.js';
 
 /** Decode row r of a weight to exact f32 values in out[0 .. cols). */
 export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
@@ -18,8 +19,17 @@ export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
       return;
     }
     case 'bf16': {
-      const src = new Uint16Array(data.buffer, data.byteOffset + r * cols * 2, cols);
       const o32 = new Uint32Array(out.buffer, out.byteOffset, cols);
+      const L = w.panels;
+      if (L) {
+        // one slice per column panel (formats/panels.ts)
+        for (let p = 0, c0 = 0; c0 < cols; p++, c0 += L.width) {
+          const src = new Uint16Array(data.buffer, data.byteOffset + panelSliceOffset(w.rows, cols, L, r, p), L.width);
+          for (let i = 0; i < L.width; i++) o32[c0 + i] = src[i]! << 16;
+        }
+        return;
+      }
+      const src = new Uint16Array(data.buffer, data.byteOffset + r * cols * 2, cols);
       for (let i = 0; i < cols; i++) o32[i] = src[i]! << 16;
       return;
     }

@@ -14,6 +14,8 @@ export type ViewFormat = WeightFormat | 'q7';
  * - mxfp4: `data` u8 [rows, cols/2], even column = low nibble, E2M1; `scale` u8 E8M0 [rows, cols/32].
  * - q7: never in a checkpoint: bf16 trunk rows REQUANTIZED at load under `--fast`; `data` u8
  *       [rows, cols] (7-bit value + 64), `scale` f32 [rows, cols/32] (kernels/wasm/q8-trunk.ts).
+ * A bf16 view with `panels` holds the same values laid out in column panels (formats/panels.ts):
+ * a resident wide trunk matrix, so that a single-token product's activations stay in L1.
  */
 export interface WeightView {
   name: string;
@@ -23,6 +25,14 @@ export interface WeightView {
   data: Uint8Array;
   scale?: Uint8Array;
   scaleDtype?: 'F32' | 'BF16' | 'F16';
+  /** bf16 only: `data` in blocks of `rows` rows, each in column panels `width` wide (formats/panels.ts). */
+  panels?: PanelLayout;
+}
+
+/** Column panels of a bf16 matrix (formats/panels.ts): rows per block, columns per panel. */
+export interface PanelLayout {
+  rows: number;
+  width: number;
 }
 
 /** Bytes a weight occupies (data + scales), for plans and reports. */

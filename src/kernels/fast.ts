@@ -22,9 +22,10 @@
 // (KernelGroup.allocF32), so they run in place.
 
 import * as os from 'node:os';
-import type { WeightView, WeightFormat } from '../formats/weight.js';
+import type { WeightView, WeightFormat, PanelLayout } from '../formats/weight.js';
 import { kernelModule, instantiate, initConstants, relaxedSimdAvailable, type KernelExports } from './wasm/loader.js';
-import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, type Fmt, type Perm } from './wasm/kernels.js';
+import { CONST_END, FMTS, MM_PERM, TILE_PERM, TILE_SCRATCH, TILE_MIN_T, Q8_SDT, Q7_SDT, PANEL_SDT, type Fmt, type Perm } from './wasm/kernels.js';
+import { PANEL_ACC_BYTES } from './wasm/mm1.js';
 import { q8Bytes, Q8_LAYOUT, ORDER_CODE, type Q8Order } from './wasm/q8.js';
 import { q8tBytes, Q8T_LAYOUT } from './wasm/q8-trunk.js';
 import type { ActKind } from './wasm/act.js';
@@ -88,6 +89,18 @@ const SBYTES = [4, 2, 2];
 const align = (n: number, a: number): number => Math.ceil(n / a) * a;
 /** The formats whose products the profile counts as experts (K3's routed experts, K2's int4). */
 const EXPERT_FMTS: ReadonlySet<string> = new Set(['mxfp4', 'int4']);
+/** A panelled bf16 matrix's op words (wasm/gen.ts PANEL_SDT): s = block rows << 16 | panel width. */
+function panelWord(w: WeightView, L: PanelLayout): { s: number; sdt: number } {
+  if (w.format !== 'bf16') throw new TypeError(`${w.name}: column panels are for bf16 rows, not ${w.format}`);
+  if (!(L.width > 0 && L.width % 16 === 0 && w.cols % L.width === 0 && L.width < 65536)) throw new RangeError(`${w.name}: panels ${L.width} wide do not split ${w.cols} columns in 16-column steps`);
+  if (!(L.rows > 0 && L.rows < 32768 && Number.isInteger(L.rows))) throw new RangeError(`${w.name}: panel blocks of ${L.rows} rows (1 .. 32767)`);
+  return { s: L.rows * 65536 + L.width, sdt: PANEL_SDT };
+}
+/** The transposed products read rows in the checkpoint's layouts only: not q7 rows, not panels. */
+function noTransposed(w: WeightView): void {
+  if (w.format === 'q7') throw new TypeError(`${w.name}: q7 (requantized by --fast) rows have no transposed product`);
+  if (w.panels) throw new TypeError(`${w.name}: rows in column panels have no transposed product`);
+}
 /** The arguments of q8_act for quantizeQ8's and quantizeQ8T's layouts (scaleMul as f32 bits). */
 const actArgs = (o: { order: Q8Order; scaleMul: number; offset: number }): { order: number; scaleBits: number; offset: number } => {
   if (Math.fround(o.scaleMul) !== o.scaleMul) throw new RangeError('q8_act: scaleMul must be an f32');
@@ -178,7 +191,8 @@ export class Kernels {
     const threads = Math.max(1, Math.floor(opts.threads ?? os.availableParallelism()));
     const maxCols = align(Math.max(16, opts.maxCols ?? 32768), 16);
     const relaxed = (opts.relaxed ?? true) && relaxedSimdAvailable();
-    const scratchBytes = 3 * align(maxCols * 4, 64) + 256 + TILE_SCRATCH;
+    // decoded / widened rows, or a panelled product's accumulators (wasm/mm1.ts addPanelled)
+    const scratchBytes = Math.max(3 * align(maxCols * 4, 64), PANEL_ACC_BYTES) + 256 + TILE_SCRATCH;
     const arenaStart = align(CONST_END + threads * scratchBytes, PAGE);
     const maxPages = Math.min(MAX_PAGES, Math.ceil((opts.maxMemoryBytes ?? MAX_PAGES * PAGE) / PAGE));
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));
@@ -371,6 +385,7 @@ export class Kernels {
     if (w.data.byteLength < dataBytes) throw new RangeError(`${w.name}: ${w.data.byteLength} data bytes, need ${dataBytes}`);
     if (scaleBytes && (!w.scale || w.scale.byteLength < scaleBytes)) throw new RangeError(`${w.name}: scale has ${w.scale?.byteLength ?? 0} bytes, need ${scaleBytes}`);
     const d = this.contains(w.data) ? w.data.byteOffset : this.copyIn(w.data.subarray(0, dataBytes));
+    if (w.panels) return { fmt, w: d, ...panelWord(w, w.panels), rows, cols };
     const s = !scaleBytes ? 0 : this.contains(w.scale!) ? w.scale!.byteOffset : this.copyIn(w.scale!.subarray(0, scaleBytes));
     return { fmt, w: d, s, sdt, rows, cols };
   }
@@ -561,7 +576,7 @@ export class Kernels {
 
   private matvecTHeadsImpl(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xo: number, xStride: number, y: Float32Array, H: number): void {
     if (H <= 0) return;
-    if (w.format === 'q7') throw new TypeError(`${w.name}: q7 (requantized by --fast) rows have no transposed product`);
+    noTransposed(w);
     const m = this.mark();
     try {
       const R = this.resolve(w);
@@ -585,7 +600,7 @@ export class Kernels {
   }
 
   private matvecTUntimed(w: WeightView, r0: number, n: number, x: Float32Array, xo: number, y: Float32Array): void {
-    if (w.format === 'q7') throw new TypeError(`${w.name}: q7 (requantized by --fast) rows have no transposed product`);
+    noTransposed(w);
     const m = this.mark();
     try {
       const R = this.resolve(w);

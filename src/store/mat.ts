@@ -66,11 +66,12 @@ export function residentMat(view: WeightView): Mat {
 
 /**
  * Rows [r0, r1) of a view as a view of its own. An fp8 slice that does not start on a 128-row
- * scale block is decoded to its exact f32 values instead (same numbers, no shared scale rows).
+ * scale block, or rows in column panels, are decoded to their exact f32 values instead (same
+ * numbers, no shared scale rows or panel blocks).
  */
 export function rowSlice(v: WeightView, r0: number, r1: number): WeightView {
   if (r0 === 0 && r1 === v.rows) return v;
-  if (v.format === 'fp8' && r0 % 128 !== 0) {
+  if ((v.format === 'fp8' && r0 % 128 !== 0) || v.panels) {
     const f = new Float32Array((r1 - r0) * v.cols);
     for (let r = r0; r < r1; r++) decodeRow(v, r, f.subarray((r - r0) * v.cols, (r - r0 + 1) * v.cols));
     return { name: `${v.name}[${r0}:${r1}]`, format: 'f32', rows: r1 - r0, cols: v.cols, data: new Uint8Array(f.buffer) };

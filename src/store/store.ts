@@ -16,6 +16,7 @@ import { checkTensorsMatchConfig } from '../checkpoint/expect.js';
 import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
 import { decodeRow } from '../formats/decode.js';
+import { PANEL_COLS, PANEL_FROM, panelWidth, toPanelsInPlace } from '../formats/panels.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { makeReader, type IoMode } from './direct-reader.js';
 import { CyclePolicy, ExpertCache, expertKey, keyLayer } from './expert-cache.js';
@@ -127,6 +128,17 @@ export interface StoreOptions {
    * piece's buffer: the plan's bytes are the file's (the q7 bytes take 56% of them).
    */
   fastTrunk?: boolean;
+  /**
+   * Resident wide bf16 trunk matrices laid out in column panels once read (formats/panels.ts; the
+   * same values, so the same numbers): matrices wider than `from` columns, panels about `width`
+   * wide. Default on (PANEL_FROM, PANEL_COLS); false: every matrix row-major.
+   */
+  panels?: PanelOptions | false;
+}
+
+export interface PanelOptions {
+  from?: number;
+  width?: number;
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -148,6 +160,8 @@ export class WeightStore {
   private readonly together = new Map<string, Uint8Array | null>();
   /** Trunk matrices requantized to q7 as they are read (`fastTrunk`). */
   private readonly q7 = new Set<string>();
+  /** Trunk matrices whose pinned pieces go in column panels, by base: the panel width. */
+  private readonly panelWidths = new Map<string, number>();
   private readonly ring: Ring;
   private readonly smalls = new Map<string, Promise<Float32Array>>();
   private readonly cache: ExpertCache<number>;
@@ -167,8 +181,15 @@ export class WeightStore {
     parallel = 0,
     fastTrunk = false,
     private readonly allocTogether: (bytes: number) => Uint8Array | null = alloc,
+    panels: PanelOptions | false = {},
   ) {
     if (fastTrunk) for (const m of layout.matrices.values()) if (fastEligible(m)) this.q7.add(m.base);
+    if (panels) {
+      for (const m of layout.matrices.values()) {
+        const w = this.q7.has(m.base) ? 0 : panelEligible(m, panels);
+        if (w) this.panelWidths.set(m.base, w);
+      }
+    }
     this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
@@ -188,7 +209,7 @@ export class WeightStore {
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
     const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
     const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
-    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false, opts.allocTogether ?? opts.alloc);
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false, opts.allocTogether ?? opts.alloc, opts.panels ?? {});
     store.lookahead = opts.lookahead ?? true;
     return store;
   }
@@ -247,13 +268,39 @@ export class WeightStore {
     this.stats.trunkBytesRead += p.bytes;
   }
 
-  /** The view of a piece's buffer: as stored, or the q7 rows it was requantized to (in its own
-   *  buffer, or in its matrix's one buffer: pinQ7Together). */
+  /** The view of a piece's buffer: as stored, in column panels (pinned pieces of panelled
+   *  matrices: readPinned), or the q7 rows it was requantized to (in its own buffer, or in its
+   *  matrix's one buffer: pinQ7Together). */
   private viewOf(p: Piece, buf: Uint8Array, base: string): WeightView {
+    const width = this.panelWidth(p);
+    if (width) return { ...pieceView(p, buf, base), panels: { rows: p.r1 - p.r0, width } };
     if (!this.q7.has(p.base)) return pieceView(p, buf, base);
     const whole = this.together.get(p.base);
     if (whole) return q7View(base, whole, p.rows, p.cols, p.r0, p.r1);
     return q7View(base, buf, p.r1 - p.r0, p.cols);
+  }
+
+  /** The panel width of piece p's bytes (pinned pieces of panelled matrices), 0: row-major. */
+  private panelWidth(p: Piece): number {
+    return p.seq < this.plan.pinnedPieces ? (this.panelWidths.get(p.base) ?? 0) : 0;
+  }
+
+  /** A pinned piece's stored rows, then (panelled matrices) laid out in column panels in place. */
+  private async readPinned(p: Piece, buf: Uint8Array): Promise<void> {
+    await this.readPiece(p, buf);
+    const width = this.panelWidth(p);
+    if (width) toPanelsInPlace(buf, p.r1 - p.r0, p.cols, width);
+  }
+
+  /** How many trunk matrices have pieces in column panels (pinned ones), and those pieces' bytes. */
+  get panelled(): { matrices: number; bytes: number } {
+    let matrices = 0, bytes = 0;
+    for (const b of this.panelWidths.keys()) {
+      const pinned = this.layout.matrices.get(b)!.pieces.filter((p) => this.panelWidth(p));
+      if (pinned.length) matrices++;
+      bytes += pinned.reduce((n, p) => n + p.bytes, 0);
+    }
+    return { matrices, bytes };
   }
 
   /** Whether the trunk matrices `--fast` requantizes include `base`. */
@@ -284,7 +331,7 @@ export class WeightStore {
         e = this.pinned.get(p.seq)!;
       } else {
         const buf = this.pinBuffer(p, m, whole);
-        e = this.pin(p, buf, this.readPiece(p, buf));
+        e = this.pin(p, buf, this.readPinned(p, buf));
       }
     }
     const t0 = performance.now();
@@ -755,6 +802,17 @@ interface PinnedPiece { buf: Uint8Array; ready: Promise<void>; done: boolean }
 function piecesIn(m: TrunkMatrixLayout, whole: Uint8Array): Uint8Array[] {
   let off = 0;
   return m.pieces.map((q) => whole.subarray(off, (off += q.bytes)));
+}
+
+/**
+ * The panel width of trunk matrix m's pinned pieces, 0 for none: bf16 products (not read by rows)
+ * wider than `from` columns that split into panels (formats/panels.ts panelWidth), in pieces of
+ * fewer than 32768 rows (the kernels' op word, fast.ts panelWord).
+ */
+export function panelEligible(m: TrunkMatrixLayout, o: PanelOptions): number {
+  const rows = m.pieces[0] ? m.pieces[0].r1 - m.pieces[0].r0 : 0;
+  if (m.format !== 'bf16' || m.whole || m.cols <= (o.from ?? PANEL_FROM) || rows >= 32768) return 0;
+  return panelWidth(m.cols, o.width ?? PANEL_COLS);
 }
 
 /** The trunk matrices `--fast` requantizes: bf16 products in 32-column blocks, not read by rows, not the router. */

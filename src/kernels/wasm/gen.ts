@@ -15,6 +15,9 @@ export const Q8_SDT = 3;
 /** `sdt` word of a bf16 matmul op that selects the `--fast` trunk kernel (q8-trunk.ts): w is then a
  *  'q7' matrix (requantized, not bf16) and x quantizeQ8T's output. bf16 has no scales otherwise. */
 export const Q7_SDT = 4;
+/** `sdt` word of a bf16 matmul op whose rows are stored in column panels (formats/panels.ts): `s`
+ *  is then the block rows << 16 | the panel width. */
+export const PANEL_SDT = 5;
 
 export const CTRL_BYTES = 16384;
 export const MX_PLANES = 16384; // 256 * 32 bytes

@@ -119,13 +119,13 @@ interface RowSource {
  * (every lane is an independent chain, so the split changes nothing). Uses locals prefixed by tag.
  */
 function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Code, yAddr: (i: number) => Code, tag: string,
-  passes: readonly (readonly number[])[] = [[0, 1, 2, 3]]): Code[] {
+  passes: readonly (readonly number[])[] = [[0, 1, 2, 3]], carry?: Carry): Code[] {
   const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`${tag}a${i}_${k}`, V128)));
   const q = f.local(`${tag}q`, I32), q0 = f.local(`${tag}q0`, I32), qend = f.local(`${tag}qend`, I32);
-  const acc = f.local('acc', F32), c = f.local('c', I32), cols = get(f.p('cols'));
+  const acc = f.local('acc', F32), c = f.local('c', I32), cols = carry ? carry.cols : get(f.p('cols'));
   const R = Array.from({ length: NR }, (_, i) => i);
   const out: Code[] = [set(q0, xq)];
-  out.push(...A.flat().map((a) => set(a, ZERO)));
+  out.push(...R.flatMap((i) => A[i]!.map((a, k) => set(a, carry ? v128.load(carry.at(i), 16 * k) : ZERO))));
   out.push(set(qend, addp(get(q0), i32.shl(i32.and(cols, i32.const(-16)), i32.const(2)))));
   // several rows: each activation vector loaded once for all of them (fewer instructions per
   // weight byte, so more of the rows' bytes in flight)
@@ -153,6 +153,11 @@ function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Co
       ]),
       set(qc, get(qce)), br(0))));
   }
+  if (carry) {
+    // the columns were a multiple of 16: no tail; the accumulators go on in the next panel
+    out.push(...R.flatMap((i) => A[i]!.map((a, k) => v128.store(carry.at(i), get(a), 16 * k))));
+    return out;
+  }
   for (const i of R) {
     // after the loop q points at the token's tail
     out.push(
@@ -166,6 +171,13 @@ function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Co
     );
   }
   return out;
+}
+
+/** rowsBody over a panel (addPanelled): `cols` columns (a multiple of 16), row i's 4 accumulators
+ *  loaded from and stored back to at(i) instead of started at zero and finished. */
+interface Carry {
+  cols: Code;
+  at: (i: number) => Code;
 }
 
 // Row sources. f32 rows (weights or decoded scratch) in the layout of the permuted x; bf16 rows
@@ -351,9 +363,113 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
   return f;
 }
 
+/** Rows of a panelled matrix (formats/panels.ts) that the single-token product takes through all
+ *  the panels before the next ones: at most this many, their accumulators (64 bytes a row and
+ *  token) within PANEL_ACC_BYTES of the thread's scratch. 128, 256, 448 and 896 measured alike
+ *  (within the host's noise). */
+export const PANEL_SUB_ROWS = 128;
+export const PANEL_ACC_BYTES = 896 * 64;
+/** Tokens from which the product of panels first reads a sub-block's run of a panel once (one load
+ *  a line, as the tiled path's touchRows), then computes from the caches. Why: from 3 tokens on,
+ *  the row pairs' two streams advance too slowly for the prefetchers (1024x7168 from DRAM, T = 3:
+ *  0.88-0.93x the row-major product without it, 0.99-1.10x with it; T = 4: 0.88-0.92x -> 0.99-1.07x;
+ *  at T = 1 the touch pass costs 0.66-0.70x, at T = 2 it gains less than it costs). */
+export const PANEL_TOUCH_T = 3;
+
+/**
+ * The single-token (T < TILE_MIN_T) product of bf16 rows stored in column panels (sdt PANEL_SDT, s
+ * = block rows << 16 | panel width; the layout is formats/panels.ts's). Rows [r0, r1) go in
+ * sub-blocks of at most PANEL_SUB_ROWS rows within one row block: for each panel in turn, the rows
+ * in pairs far apart (MM1_ROWS, as mm1g) or one at a time, each row's 4 accumulators carried in
+ * scratch from panel to panel, then finished (the canonical combine; panels are whole 16-column
+ * steps, so there is no tail). Each lane sees the multiply-adds of the row-major product in the same
+ * order, so the bytes are the same. Why: a wide row's activations (4 bytes a column: 28 KB at K3's
+ * 7168) do not stay in L1 while rows stream through it; a panel's (7 KB) do, and a panel's rows are
+ * long runs of memory. Measured in one process taking turns (AMD EPYC Zen 5, bf16 from DRAM, 192 MB
+ * of copies cycled, GMAC/s, medians of 9; a noisy host): T = 1, 1 thread, against the row-major
+ * product (the wide path, four rows far apart) 1.02-1.35x (1024x7168, 6144x7168, 7168x12288,
+ * 12288x7168; most runs 1.08-1.20x), 2 threads 0.98-1.10x; T = 2 1.01-1.36x, T = 3..7 0.99-1.10x
+ * (PANEL_TOUCH_T). K3's real layer widths (2 layers, 2.47 GB of bf16 trunk in panels), decode after
+ * an 8-token prompt, two models in one process taking turns: 1 thread 1.06-1.13x, 2 threads
+ * 1.00-1.08x; an 8-token prompt 0.97-1.02x, 64 tokens 1.00x.
+ */
+function addPanelled(gen: Gen): Fn {
+  const f = gen.fnx('mm1p_bf16', MM_PARAMS, null, false);
+  const P = (n: string) => get(f.p(n));
+  const L = (n: string): number => f.local(n, I32);
+  const RB = L('RB'), pw = L('pw'), nP = L('nP'), a = L('a'), b = L('b'), bs = L('bs'), nb = L('nb'), bb = L('bb');
+  const sb = L('sb'), pp = L('pp'), pb = L('pb'), j = L('j'), jend = L('jend'), qd = L('qd'), t = L('t'), k = L('k'), kend = L('kend');
+  const base = L('base'), stride = L('stride'), colsb = L('colsb'), pwb = L('pwb'), xo = L('xo'), tch = L('tch');
+  const acc = f.local('acc', F32);
+  const FA = [0, 1, 2, 3].map((i) => f.local(`pf${i}`, V128));
+  const src = srcBF16(gen, base, stride);
+  /** Row `row`'s accumulators for token t in scratch. */
+  const slot = (row: Code): Code => addp(P('scratch'), i32.shl(i32.add(i32.mul(i32.sub(row, get(a)), P('T')), get(t)), i32.const(6)));
+  /** Row `row`'s slice of the current panel. */
+  const rowAt = (row: Code): Code => addp(get(pb), i32.mul(i32.sub(row, get(bs)), get(pwb)));
+  const xq = (): Code => addp(addp(P('x'), i32.mul(get(t), get(colsb))), get(xo));
+  const minU = (x: number, y: Code): Code => set(x, select(get(x), y, i32.lt_u(get(x), y)));
+  f.body = [
+    set(RB, i32.shr_u(P('s'), i32.const(16))),
+    set(pw, i32.and(P('s'), i32.const(0xffff))),
+    set(nP, i32.div_u(P('cols'), get(pw))),
+    set(colsb, i32.shl(P('cols'), i32.const(2))),
+    set(pwb, i32.shl(get(pw), i32.const(1))),
+    set(sb, i32.div_u(i32.const(PANEL_ACC_BYTES / 64), P('T'))),
+    minU(sb, i32.const(PANEL_SUB_ROWS)),
+    set(a, P('r0')),
+    block(loop(br_if(1, i32.ge_u(get(a), P('r1'))),
+      // the row block of a: rows [bs, bs + nb), stored from bb (row-major bytes before it)
+      set(bs, i32.mul(i32.div_u(get(a), get(RB)), get(RB))),
+      set(nb, i32.sub(P('rows'), get(bs))), minU(nb, get(RB)),
+      set(bb, addp(P('w'), i32.mul(get(bs), i32.shl(P('cols'), i32.const(1))))),
+      // the sub-block [a, b)
+      set(b, i32.add(get(a), get(sb))), minU(b, P('r1')), minU(b, i32.add(get(bs), get(nb))),
+      set(k, P('scratch')), set(kend, addp(P('scratch'), i32.shl(i32.mul(i32.sub(get(b), get(a)), P('T')), i32.const(6)))),
+      forLt(k, kend, 16, v128.store(get(k), ZERO)),
+      set(qd, i32.shr_u(i32.sub(get(b), get(a)), i32.const(1))),
+      set(pp, i32.const(0)),
+      forLt(pp, nP, 1,
+        set(pb, addp(get(bb), i32.mul(i32.mul(get(nb), get(pp)), get(pwb)))),
+        set(xo, i32.shl(i32.mul(get(pp), get(pw)), i32.const(2))),
+        // from PANEL_TOUCH_T tokens: the sub-block's rows of this panel (one run) read once first
+        if_(i32.ge_u(P('T'), i32.const(PANEL_TOUCH_T)), [
+          set(k, i32.and(rowAt(get(a)), i32.const(-64))), set(kend, rowAt(get(b))),
+          block(loop(br_if(1, i32.ge_u(get(k), get(kend))), set(tch, i32.xor(get(tch), i32.load(get(k)))), set(k, i32.add(get(k), i32.const(64))), br(0))),
+        ]),
+        set(j, get(a)),
+        if_(i32.ge_u(get(qd), i32.const(MM1_MIN_DIST)), [
+          set(jend, i32.add(get(a), get(qd))),
+          forLt(j, jend, 1,
+            set(base, rowAt(get(j))), set(stride, i32.mul(get(qd), get(pwb))),
+            set(t, i32.const(0)),
+            forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, 'bf', MM1_ROWS, src, xq(), () => i32.const(0), 'p2_', [[0, 1], [2, 3]],
+              { cols: get(pw), at: (i) => slot(i32.add(get(j), i32.mul(get(qd), i32.const(i)))) }))),
+          set(j, i32.add(get(a), i32.shl(get(qd), i32.const(1)))),
+        ]),
+        forLt(j, b, 1,
+          set(base, rowAt(get(j))),
+          set(t, i32.const(0)),
+          forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, 'bf', 1, src, xq(), () => i32.const(0), 'p1_', [[0, 1, 2, 3]],
+            { cols: get(pw), at: () => slot(get(j)) }))),
+      ),
+      set(j, get(a)),
+      forLt(j, b, 1,
+        set(t, i32.const(0)),
+        forLt(t, f.p('T'), 1,
+          ...FA.map((v, i) => set(v, v128.load(slot(get(j)), 16 * i))),
+          set(acc, finalize(f, 'bf', FA, 'pf')),
+          f32.store(addp(P('y'), i32.shl(i32.add(i32.mul(get(t), P('rows')), get(j)), i32.const(2))), get(acc)))),
+      set(a, get(b)), br(0))),
+    // the touched words, kept alive (scratch's first word: an accumulator already used)
+    i32.store(P('scratch'), get(tch)),
+  ];
+  return f;
+}
+
 // ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
 // decoded once (if its format needs it) and then dotted with each token in turn ----
-export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fmt, Fn>> {
+export function addSingleTokenMatmul(gen: Gen, dec: Decoders): { mm1: Partial<Record<Fmt, Fn>>; panelled: Fn } {
   const mm1: Partial<Record<Fmt, Fn>> = {};
   for (const fmt of FMTS) {
     const kind = ROWS[fmt];
@@ -455,5 +571,5 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): Partial<Record<Fm
       ], [narrow]),
     ];
   }
-  return mm1;
+  return { mm1, panelled: addPanelled(gen) };
 }
