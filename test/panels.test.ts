@@ -97,6 +97,7 @@ test('kernels: panelled rows give the row-major bytes at T 1..20, 1-3 threads, r
         }
       }
       const p: WeightView = { name: 'p', format: 'bf16', rows: 4, cols: 64, data: k.alloc(512).u8, panels: { rows: 4, width: 32 } };
+      k.matmul(p, new Float32Array(0), 0, new Float32Array(0)); // no tokens: nothing, no trap
       assert.throws(() => k.matvecT(p, 0, 4, new Float32Array(4), 0, new Float32Array(64)), /column panels/);
     } finally {
       await k.close();

@@ -415,7 +415,8 @@ function addPanelled(gen: Gen): Fn {
     set(nP, i32.div_u(P('cols'), get(pw))),
     set(colsb, i32.shl(P('cols'), i32.const(2))),
     set(pwb, i32.shl(get(pw), i32.const(1))),
-    set(sb, i32.div_u(i32.const(PANEL_ACC_BYTES / 64), P('T'))),
+    // (no tokens: nothing to do, and no division by zero below)
+    set(sb, i32.div_u(i32.const(PANEL_ACC_BYTES / 64), select(P('T'), i32.const(1), P('T')))),
     minU(sb, i32.const(PANEL_SUB_ROWS)),
     set(a, P('r0')),
     block(loop(br_if(1, i32.ge_u(get(a), P('r1'))),
