@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { GOLDEN, sameBytes } from './helpers.js';
 import { panelWidth, panelSliceOffset, toPanelsInPlace } from '../src/formats/panels.js';
@@ -13,6 +14,7 @@ import { decodeRow } from '../src/formats/decode.js';
 import { createKernels } from '../src/kernels/fast.js';
 import * as ref from '../src/kernels/ref.js';
 import { Model } from '../src/model/model.js';
+import { packCheckpoint } from '../src/store/pack.js';
 import type { WeightView } from '../src/formats/weight.js';
 
 /** Deterministic bf16 bits of values in about [-0.1, 0.1]. */
@@ -142,3 +144,21 @@ for (const name of CASES) {
     }
   });
 }
+
+test('k3 packed with --compress: coded pieces decoded, then laid out in panels: the same bytes', async () => {
+  const dir = path.join(GOLDEN, 'k3');
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-panels-test-'));
+  try {
+    await packCheckpoint({ model: dir, out: path.join(out, 'coded'), compress: true });
+    const ids = (JSON.parse(fs.readFileSync(path.join(dir, 'tokens.json'), 'utf8')).short as number[]).slice(0, 16);
+    const base = Model.open(dir, { ctx: 64, panels: false });
+    const want = await base.forward(base.newState(), ids, 'all');
+    await base.close();
+    const m = await Model.load(path.join(out, 'coded'), { threads: 2, ctx: 64, maxPiece: SMALL_PIECE, panels: PANELS });
+    assert.ok(m.store.panelled.bytes > 0, 'some coded matrix went in panels');
+    assert.ok(sameBytes(await m.forward(m.newState(), ids, 'all', 5), want), 'logits differ');
+    await m.close();
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
+});
