@@ -390,7 +390,7 @@ export const PANEL_TOUCH_T = 3;
  * product (the wide path, four rows far apart) 1.02-1.35x (1024x7168, 6144x7168, 7168x12288,
  * 12288x7168; most runs 1.08-1.20x), 2 threads 0.98-1.10x; T = 2 1.01-1.36x, T = 3..7 0.99-1.10x
  * (PANEL_TOUCH_T). K3's real layer widths (2 layers, 2.47 GB of bf16 trunk in panels), decode after
- * an 8- or 64-token prompt, two models in one process taking turns: 1 thread 1.05-1.13x, 2 threads
+ * an 8- or 64-token prompt, two models in one process taking turns (either loaded first): 1 thread 1.04-1.13x, 2 threads
  * 1.00-1.08x; an 8-token prompt 0.97-1.02x, 64 tokens 0.99-1.00x.
  */
 function addPanelled(gen: Gen): Fn {
