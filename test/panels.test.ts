@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { GOLDEN, sameBytes } from './helpers.js';
+import { GOLDEN, sameBytes, xorshift } from './helpers.js';
 import { panelWidth, panelSliceOffset, toPanelsInPlace } from '../src/formats/panels.js';
 import { decodeRow } from '../src/formats/decode.js';
 import { createKernels } from '../src/kernels/fast.js';
@@ -21,10 +21,9 @@ import type { WeightView } from '../src/formats/weight.js';
 function bf16Bits(n: number, seed: number): Uint16Array {
   const out = new Uint16Array(n);
   const f = new Float32Array(1), u = new Uint32Array(f.buffer);
-  let s = seed >>> 0;
+  const rnd = xorshift(seed);
   for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
-    f[0] = ((s >>> 8) / 2 ** 24 - 0.5) * 0.2;
+    f[0] = (rnd() - 0.5) * 0.2;
     out[i] = u[0]! >>> 16;
   }
   return out;

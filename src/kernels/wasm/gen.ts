@@ -4,7 +4,7 @@
 // step, the canonical combine, loops).
 
 import {
-  type Code, type FuncImport, type ValType, Fn, I32, F64, V128, get, set, block, loop, br, br_if,
+  type Code, type FuncImport, type ValType, Fn, I32, F64, V128, get, set, block, loop, br, br_if, select,
   i32, f32, v128, i8x16, f32x4, shuffle32,
 } from './emit.js';
 import { addMadd, type Madd } from './fma.js';
@@ -136,6 +136,17 @@ export function forLt(i: number, end: number, step: number, ...body: Code[]): Co
 }
 
 export const addp = (a: Code, b: Code): Code => i32.add(a, b);
+/** x = min(x, y), unsigned (x an i32 local). */
+export const minU = (x: number, y: Code): Code => set(x, select(get(x), y, i32.lt_u(get(x), y)));
+/** Load one word of each 64-byte line of [from, to) (p, end, tch: i32 locals), folded into tch, so
+ *  that the lines are in the caches before the kernel reads them: ~100 lines in flight where the
+ *  kernel's own loop holds ~14. The caller stores tch once at the end, which keeps the loads. */
+export const touchLines = (p: number, end: number, tch: number, from: Code, to: Code): Code[] => [
+  set(p, i32.and(from, i32.const(-64))), set(end, to),
+  block(loop(br_if(1, i32.ge_u(get(p), get(end))),
+    set(tch, i32.xor(get(tch), i32.load(get(p)))),
+    set(p, i32.add(get(p), i32.const(64))), br(0))),
+];
 /** acc = fma(w, x, acc) per lane: the canonical dot's step. */
 export const mac = (m: Madd, acc: number, w: Code, x: Code): Code => set(acc, m.v(w, x, get(acc)));
 

@@ -27,7 +27,7 @@
 // at KCONST), then, from CONST_END, the arena.
 
 import {
-  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, if_, select, i32,
+  type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, if_, i32,
   f32, v128, i32x4, f32x4,
 } from './emit.js';
 import { addFused } from './fused.js';
@@ -37,7 +37,7 @@ import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 import {
   Q8_SDT, Q7_SDT, PANEL_SDT, type Perm, PERMS, type Fmt, MM_PERM, ROWS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_CHUNK_COLS, TILE_CHUNK_FROM,
-  FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, mac, finalize, bf16At,
+  FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, mac, finalize, bf16At,
   type Generated, type Gen, newGen, reg, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
 import { type Decoders, addScalarHelpers, addDecoders } from './decode.js';
@@ -120,13 +120,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const inPlace = kind === 'bf16' || kind === 'f32';
     /** Bytes of a stored row used in place (bf16: 2 a column, f32: 4). */
     const storedRowBytes = (): Code => (kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb));
-    /** Touch [from, to) once per 64-byte line. */
-    const touch = (from: Code, to: Code): Code[] => [
-      set(p, i32.and(from, i32.const(-64))), set(qend, to),
-      block(loop(br_if(1, i32.ge_u(get(p), get(qend))),
-        set(tch, i32.xor(get(tch), i32.load(get(p)))),
-        set(p, i32.add(get(p), i32.const(64))), br(0))),
-    ];
+    const touch = (from: Code, to: Code): Code[] => touchLines(p, qend, tch, from, to);
     const touchRows = (nr: number): Code[] => kind !== 'bf16'
       ? touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes())))
       : [if_(panelled(),
@@ -135,8 +129,8 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
         [if_(i32.eqz(i32.and(i32.sub(get(r), P('r0')), i32.const(PANEL_TOUCH_ROWS - 1))),
           eachSlice(get(r), [
             set(pnRows, i32.sub(i32.add(get(pnBs), get(pnNb)), get(r))),
-            set(pnRows, select(get(pnRows), i32.sub(P('r1'), get(r)), i32.lt_u(get(pnRows), i32.sub(P('r1'), get(r))))),
-            set(pnRows, select(get(pnRows), i32.const(PANEL_TOUCH_ROWS), i32.lt_u(get(pnRows), i32.const(PANEL_TOUCH_ROWS)))),
+            minU(pnRows, i32.sub(P('r1'), get(r))),
+            minU(pnRows, i32.const(PANEL_TOUCH_ROWS)),
             ...touch(get(pnA), addp(get(pnA), i32.shl(i32.mul(get(pnW), get(pnRows)), i32.const(1)))),
           ]))],
         touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes()))))];
@@ -151,7 +145,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
       set(pnN, i32.div_u(P('cols'), get(pnW))),
       set(pnBs, i32.mul(i32.div_u(row, get(pnRB)), get(pnRB))),
       set(pnNb, i32.sub(P('rows'), get(pnBs))),
-      set(pnNb, select(get(pnNb), get(pnRB), i32.lt_u(get(pnNb), get(pnRB)))),
+      minU(pnNb, get(pnRB)),
       set(pnP, i32.const(0)),
       forLt(pnP, pnN, 1,
         // block start + the panels before it (nb rows each) + the row's slice in this one

@@ -7,7 +7,7 @@ import {
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4,
 } from './emit.js';
 import {
-  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp,
+  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp, minU, touchLines,
   mac, finalize, bf16At, type Gen, reg,
 } from './gen.js';
 import { type Decoders, fp8ToBf16, mxGroupApart, storeBf16Apart, storeBf16Scaled } from './decode.js';
@@ -145,7 +145,7 @@ function rowsBody(m: Madd, f: Fn, perm: Perm, NR: number, src: RowSource, xq: Co
     const qc = f.local(`${tag}qc`, I32), qce = f.local(`${tag}qce`, I32);
     out.push(set(qc, get(q0)), block(loop(br_if(1, i32.ge_u(get(qc), get(qend))),
       set(qce, i32.add(get(qc), i32.const(MM1_CHUNK_COLS * 4))),
-      set(qce, select(get(qce), get(qend), i32.lt_u(get(qce), get(qend)))),
+      minU(qce, get(qend)),
       ...passes.flatMap((ks) => [
         set(q, get(qc)),
         ...R.flatMap((i) => [...src.init(f, i), src.skip(f, i, i32.sub(get(qc), get(q0)))]),
@@ -408,7 +408,6 @@ function addPanelled(gen: Gen): Fn {
   /** Row `row`'s slice of the current panel. */
   const rowAt = (row: Code): Code => addp(get(pb), i32.mul(i32.sub(row, get(bs)), get(pwb)));
   const xq = (): Code => addp(addp(P('x'), i32.mul(get(t), get(colsb))), get(xo));
-  const minU = (x: number, y: Code): Code => set(x, select(get(x), y, i32.lt_u(get(x), y)));
   f.body = [
     set(RB, i32.shr_u(P('s'), i32.const(16))),
     set(pw, i32.and(P('s'), i32.const(0xffff))),
@@ -434,10 +433,7 @@ function addPanelled(gen: Gen): Fn {
         set(pb, addp(get(bb), i32.mul(i32.mul(get(nb), get(pp)), get(pwb)))),
         set(xo, i32.shl(i32.mul(get(pp), get(pw)), i32.const(2))),
         // from PANEL_TOUCH_T tokens: the sub-block's rows of this panel (one run) read once first
-        if_(i32.ge_u(P('T'), i32.const(PANEL_TOUCH_T)), [
-          set(k, i32.and(rowAt(get(a)), i32.const(-64))), set(kend, rowAt(get(b))),
-          block(loop(br_if(1, i32.ge_u(get(k), get(kend))), set(tch, i32.xor(get(tch), i32.load(get(k)))), set(k, i32.add(get(k), i32.const(64))), br(0))),
-        ]),
+        if_(i32.ge_u(P('T'), i32.const(PANEL_TOUCH_T)), touchLines(k, kend, tch, rowAt(get(a)), rowAt(get(b)))),
         set(j, get(a)),
         if_(i32.ge_u(get(qd), i32.const(MM1_MIN_DIST)), [
           set(jend, i32.add(get(a), get(qd))),
