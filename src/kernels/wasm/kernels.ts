@@ -139,10 +139,15 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     const panelled = (): Code => i32.eq(P('sdt'), i32.const(PANEL_SDT));
     const pnRB = f.local('pnRB', I32), pnW = f.local('pnW', I32), pnBs = f.local('pnBs', I32), pnNb = f.local('pnNb', I32);
     const pnP = f.local('pnP', I32), pnN = f.local('pnN', I32), pnA = f.local('pnA', I32), pnRows = f.local('pnRows', I32);
+    // the op word's block rows, panel width and panel count, once a call
+    if (kind === 'bf16') {
+      f.prologue.push(if_(panelled(), [
+        set(pnRB, i32.shr_u(P('s'), i32.const(16))), set(pnW, i32.and(P('s'), i32.const(0xffff))),
+        set(pnN, i32.div_u(P('cols'), get(pnW))),
+      ]));
+    }
     /** For each panel pnP of row `row` (pnA: the address of its slice), body. */
     const eachSlice = (row: Code, body: Code[]): Code[] => [
-      set(pnRB, i32.shr_u(P('s'), i32.const(16))), set(pnW, i32.and(P('s'), i32.const(0xffff))),
-      set(pnN, i32.div_u(P('cols'), get(pnW))),
       set(pnBs, i32.mul(i32.div_u(row, get(pnRB)), get(pnRB))),
       set(pnNb, i32.sub(P('rows'), get(pnBs))),
       minU(pnNb, get(pnRB)),
