@@ -124,7 +124,7 @@ for (const name of CASES) {
     for (const budget of budgets) {
       for (const chunk of [1, 7, 64]) {
         const m = Model.open(dir, { budget, chunk, ctx: 64, maxPiece: SMALL_PIECE, panels: PANELS });
-        sawPanels ||= m.store.panelled.bytes > 0;
+        sawPanels ||= m.store.panelledBytes > 0;
         const got = await m.forward(m.newState(), ids, 'all', chunk);
         assert.ok(sameBytes(got, want), `budget ${budget}, chunk ${chunk}: logits differ`);
         await m.close();
@@ -154,7 +154,7 @@ test('k3 packed with --compress: coded pieces decoded, then laid out in panels: 
     const want = await base.forward(base.newState(), ids, 'all');
     await base.close();
     const m = await Model.load(path.join(out, 'coded'), { threads: 2, ctx: 64, maxPiece: SMALL_PIECE, panels: PANELS });
-    assert.ok(m.store.panelled.bytes > 0, 'some coded matrix went in panels');
+    assert.ok(m.store.panelledBytes > 0, 'some coded matrix went in panels');
     assert.ok(sameBytes(await m.forward(m.newState(), ids, 'all', 5), want), 'logits differ');
     await m.close();
   } finally {

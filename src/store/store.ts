@@ -292,15 +292,11 @@ export class WeightStore {
     if (width) toPanelsInPlace(buf, p.r1 - p.r0, p.cols, width);
   }
 
-  /** How many trunk matrices have pieces in column panels (pinned ones), and those pieces' bytes. */
-  get panelled(): { matrices: number; bytes: number } {
-    let matrices = 0, bytes = 0;
-    for (const b of this.panelWidths.keys()) {
-      const pinned = this.layout.matrices.get(b)!.pieces.filter((p) => this.panelWidth(p));
-      if (pinned.length) matrices++;
-      bytes += pinned.reduce((n, p) => n + p.bytes, 0);
-    }
-    return { matrices, bytes };
+  /** The bytes of the trunk pieces laid out in column panels (pinned pieces of panelled matrices). */
+  get panelledBytes(): number {
+    let bytes = 0;
+    for (const b of this.panelWidths.keys()) for (const p of this.layout.matrices.get(b)!.pieces) if (this.panelWidth(p)) bytes += p.bytes;
+    return bytes;
   }
 
   /** Whether the trunk matrices `--fast` requantizes include `base`. */
