@@ -138,6 +138,13 @@ export function forLt(i: number, end: number, step: number, ...body: Code[]): Co
 export const addp = (a: Code, b: Code): Code => i32.add(a, b);
 /** x = min(x, y), unsigned (x an i32 local). */
 export const minU = (x: number, y: Code): Code => set(x, select(get(x), y, i32.lt_u(get(x), y)));
+/** The row block of `row` in a matrix of `rows` rows stored in column panels of `blockRows`-row
+ *  blocks (formats/panels.ts): its first row bs and its row count nb (bs, nb: i32 locals). */
+export const panelBlock = (bs: number, nb: number, row: Code, blockRows: Code, rows: Code): Code[] => [
+  set(bs, i32.mul(i32.div_u(row, blockRows), blockRows)),
+  set(nb, i32.sub(rows, get(bs))),
+  minU(nb, blockRows),
+];
 /** Load one word of each 64-byte line of [from, to) (p, end, tch: i32 locals), folded into tch, so
  *  that the lines are in the caches before the kernel reads them: ~100 lines in flight where the
  *  kernel's own loop holds ~14. The caller stores tch once at the end, which keeps the loads. */

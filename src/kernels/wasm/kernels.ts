@@ -37,7 +37,7 @@ import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 import {
   Q8_SDT, Q7_SDT, PANEL_SDT, type Perm, PERMS, type Fmt, MM_PERM, ROWS, TILE_ROWS, TILE_MIN_T, TILE_PERM, TILE_CHUNK_COLS, TILE_CHUNK_FROM,
-  FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, mac, finalize, bf16At,
+  FMTS, type GenOptions, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, panelBlock, mac, finalize, bf16At,
   type Generated, type Gen, newGen, reg, FUNC_IMPORTS, EXP_FN,
 } from './gen.js';
 import { type Decoders, addScalarHelpers, addDecoders } from './decode.js';
@@ -121,8 +121,10 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     /** Bytes of a stored row used in place (bf16: 2 a column, f32: 4). */
     const storedRowBytes = (): Code => (kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb));
     const touch = (from: Code, to: Code): Code[] => touchLines(p, qend, tch, from, to);
+    /** The stored bytes of rows [r, r + nr) of a row-major matrix. */
+    const touchRowMajor = (nr: number): Code[] => touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes())));
     const touchRows = (nr: number): Code[] => kind !== 'bf16'
-      ? touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes())))
+      ? touchRowMajor(nr)
       : [if_(panelled(),
         // panelled rows: every PANEL_TOUCH_ROWS rows of the op, the next ones' slices of each panel
         // (one run a panel, within the block and the op's rows)
@@ -133,7 +135,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
             minU(pnRows, i32.const(PANEL_TOUCH_ROWS)),
             ...touch(get(pnA), addp(get(pnA), i32.shl(i32.mul(get(pnW), get(pnRows)), i32.const(1)))),
           ]))],
-        touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes()))))];
+        touchRowMajor(nr))];
     // bf16 rows stored in column panels (sdt PANEL_SDT, s = block rows << 16 | panel width; the
     // layout of formats/panels.ts): a row is one slice per panel
     const panelled = (): Code => i32.eq(P('sdt'), i32.const(PANEL_SDT));
@@ -148,9 +150,7 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     }
     /** For each panel pnP of row `row` (pnA: the address of its slice), body. */
     const eachSlice = (row: Code, body: Code[]): Code[] => [
-      set(pnBs, i32.mul(i32.div_u(row, get(pnRB)), get(pnRB))),
-      set(pnNb, i32.sub(P('rows'), get(pnBs))),
-      minU(pnNb, get(pnRB)),
+      ...panelBlock(pnBs, pnNb, row, get(pnRB), P('rows')),
       set(pnP, i32.const(0)),
       forLt(pnP, pnN, 1,
         // block start + the panels before it (nb rows each) + the row's slice in this one

@@ -7,7 +7,7 @@ import {
   i32, f32, v128, i8x16, i16x8, i32x4, f32x4,
 } from './emit.js';
 import {
-  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp, minU, touchLines,
+  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, panelBlock,
   mac, finalize, bf16At, type Gen, reg,
 } from './gen.js';
 import { type Decoders, fp8ToBf16, mxGroupApart, storeBf16Apart, storeBf16Scaled } from './decode.js';
@@ -420,8 +420,7 @@ function addPanelled(gen: Gen): Fn {
     set(a, P('r0')),
     block(loop(br_if(1, i32.ge_u(get(a), P('r1'))),
       // the row block of a: rows [bs, bs + nb), stored from bb (row-major bytes before it)
-      set(bs, i32.mul(i32.div_u(get(a), get(RB)), get(RB))),
-      set(nb, i32.sub(P('rows'), get(bs))), minU(nb, get(RB)),
+      ...panelBlock(bs, nb, get(a), get(RB), P('rows')),
       set(bb, addp(P('w'), i32.mul(get(bs), i32.shl(P('cols'), i32.const(1))))),
       // the sub-block [a, b)
       set(b, i32.add(get(a), get(sb))), minU(b, P('r1')), minU(b, i32.add(get(bs), get(nb))),
