@@ -280,13 +280,12 @@ function addMatmulEntries(gen: Gen, mm1: Partial<Record<Fmt, Fn>>, panelled: Fn)
     const f = fnx(`mm_${fmt}`, MM_PARAMS);
     const args = Object.keys(MM_PARAMS).map((n) => get(f.p(n)));
     const mmt = fns.find((g) => g.name === `mmt_${fmt}`)!;
-    const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T[fmt])), [call(reg(mmt), ...args)], [call(reg(mm1[fmt]!), ...args)]);
+    const single = call(reg(mm1[fmt]!), ...args);
+    // bf16 rows in column panels: single tokens take mm1p; the tiled product reads them by panel (loadRow)
+    const singleOrPanels = fmt === 'bf16' ? if_(i32.eq(get(f.p('sdt')), i32.const(PANEL_SDT)), [call(reg(panelled), ...args)], [single]) : single;
+    const exact = if_(i32.ge_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T[fmt])), [call(reg(mmt), ...args)], [singleOrPanels]);
     f.body = fmt === 'mxfp4' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q8_SDT)), [call(reg(mmq8), ...args)], [exact])
-      : fmt === 'bf16' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q7_SDT)), [call(reg(mmq7), ...args)], [
-        // rows in column panels: the tiled product reads them by panel (loadRow), single tokens take mm1p
-        if_(i32.and(i32.eq(get(f.p('sdt')), i32.const(PANEL_SDT)), i32.lt_u(get(f.p('T')), i32.const(opts.tileMinT ?? TILE_MIN_T[fmt]))),
-          [call(reg(panelled), ...args)], [exact]),
-      ]) : exact;
+      : fmt === 'bf16' ? if_(i32.eq(get(f.p('sdt')), i32.const(Q7_SDT)), [call(reg(mmq7), ...args)], [exact]) : exact;
   }
 }
 
