@@ -1,5 +1,5 @@
 // Chat formats: K2 "im" envelope (Jinja template from tokenizer_config.json and the built-in
-// fallback) against chat.jsonl; K3 XTML against k3/xtml_examples.jsonl; stop tokens.
+// fallback) against chat.jsonl; K3 rendering options (goldens: k3-render.test.ts); stop tokens.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -57,50 +57,23 @@ test('K2: tools are deep-sorted before rendering (as the reference class does)',
   assert.equal(bare.text, r.text);
 });
 
-interface XtmlCase {
-  name: string;
-  messages: ChatMessage[];
-  add_generation_prompt: boolean;
-  segments: { text: string; allow_special: boolean }[];
-  rendered: string;
-  ids: number[];
-  ids_whole_string_all_specials: number[];
-}
-
-test('k3/xtml_examples.jsonl: segments, render and ids identical', () => {
-  const cases = jsonl<XtmlCase>('k3/xtml_examples.jsonl');
-  assert.equal(cases.length, 5);
-  for (const c of cases) {
-    const r = renderChat(k3, c.messages, { addGenerationPrompt: c.add_generation_prompt });
-    assert.deepEqual(
-      r.segments!.map((s) => ({ text: s.text, allow_special: s.special })),
-      c.segments,
-      c.name,
-    );
-    assert.equal(r.text, c.rendered, c.name);
-    assert.deepEqual(r.ids, c.ids, c.name);
-    // Whole-string encoding only differs where user text holds control look-alikes.
-    assert.equal(JSON.stringify(k3.encode(r.text)) === JSON.stringify(r.ids), c.name !== 'control_lookalikes_in_user_text');
-    assert.deepEqual(k3.encode(r.text), c.ids_whole_string_all_specials);
-  }
-});
-
-test('K3: format follows the tokenizer; generation prompt on/off; thinking prefix; tool messages', () => {
+// K3 XTML itself is tested against the release renderer's goldens in k3-render.test.ts
+// (k3/xtml_examples.jsonl is superseded by ../shared/golden/k3-chat, K3-CHAT.md §9).
+test('K3: format follows the tokenizer; generation prompt on/off; thinking prefix; tools', () => {
   const msgs: ChatMessage[] = [{ role: 'user', content: 'hi' }];
-  const off = renderChat(k3, msgs);
+  const off = renderChat(k3, msgs, { thinking: false });
   assert.equal(off.text, '<|open|>message role="user"<|sep|>hi<|close|>message<|sep|><|end_of_msg|>');
-  const on = renderChat(k3, msgs, { addGenerationPrompt: true });
+  const on = renderChat(k3, msgs, { addGenerationPrompt: true, thinking: false });
   assert.equal(on.text, off.text + '<|open|>message role="assistant"<|sep|><|open|>response<|sep|>');
   assert.deepEqual(on.ids.slice(0, off.ids.length), off.ids);
+  assert.deepEqual(on.ids.slice(off.ids.length, off.ids.length + 1), [6147]);
   const think = renderChat(k3, msgs, { addGenerationPrompt: true, thinking: true });
   assert.ok(think.text.endsWith('<|open|>think<|sep|>'));
-  const tool = renderChat(k3, [{ role: 'tool', content: '42' }]);
-  assert.equal(tool.text, '<|open|>message role="tool"<|sep|>42<|close|>message<|sep|><|end_of_msg|>');
-  assert.throws(() => renderChat(k3, msgs, { tools: [{}] }), UserError);
-  assert.throws(
-    () => renderChat(k3, [{ role: 'assistant', content: '', tool_calls: [{ id: 'a', function: { name: 'f', arguments: '{}' } }] }]),
-    UserError,
-  );
+  assert.ok(think.text.startsWith('<|open|>message role="system" type="thinking-effort"<|sep|>'));
+  const tool = renderChat(k3, [{ role: 'tool', name: 'f', content: '42' }], { thinking: false });
+  assert.equal(tool.text, '<|open|>message role="tool" tool="f" index="1"<|sep|>42<|close|>message<|sep|><|end_of_msg|>');
+  assert.ok(renderChat(k3, msgs, { tools: [{}], thinking: false }).text.startsWith('<|open|>message role="system" type="tool-declare"<|sep|>'));
+  assert.throws(() => renderChat(k3, [{ role: 'tool', content: '42' }]), UserError);
   // Wrong format for the tokenizer's special table: a clear error, not garbage.
   assert.throws(() => renderChat(k3, msgs, { format: 'k2' }), /im_system/);
   assert.throws(() => renderChat(k2, msgs, { format: 'k3' }), /<\|open\|>/);

@@ -26,6 +26,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   synth: () => import('./synth.js'),
   tokenize: () => import('./tokenize.js'),
   detokenize: () => import('./detokenize.js'),
+  render: () => import('./render.js'),
 };
 
 async function usage(): Promise<string> {

@@ -1,61 +1,35 @@
-// Chat formats (ARCHITECTURE.md §6.5-6.6, K3.md §9):
+// Chat formats (ARCHITECTURE.md §6.5-6.6, K3-CHAT.md):
 // * K2 / Kimi Linear: the "im" envelope. The `chat_template` of tokenizer_config.json is
 //   rendered with @huggingface/jinja (the engine transformers.js uses; the goldens were made
 //   with it), then the whole string is encoded with every special allowed, as the reference
 //   `apply_chat_template(tokenize=True)` does. Without a template, renderK2Fallback writes the
 //   documented envelope in code.
-// * K3: XTML, written in code (there is no Jinja template; Moonshot renders in Python). Control
-//   tokens (<|open|> <|close|> <|sep|> <|end_of_msg|>) are inserted as ids by the renderer; tag
-//   names, attributes and content are separate ordinary-text segments, so control-token
-//   look-alikes typed by a user stay text.
+// * K3: XTML, the release renderer's segments (k3-chat.ts, K3-CHAT.md), encoded segment-wise.
 
 import { Template } from '@huggingface/jinja';
 import { UserError } from '../util/errors.js';
 import type { Tokenizer, TokenizerFamily } from './tokenizer.js';
+import type { ChatMessage, ChatSegment, ContentPart, ToolCall } from './chat-types.js';
+import { K3_CLOSE, K3_END, K3_OPEN, K3_SEP, encodeK3Segments, k3ChatSegments } from './k3-chat.js';
+import { pyDumps } from './pyjson.js';
 
-export interface ContentPart {
-  type: string;
-  text?: string;
-  [k: string]: unknown;
-}
-
-export interface ToolCall {
-  id: string;
-  type?: string;
-  function: { name: string; arguments: string | Record<string, unknown> };
-}
-
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {});
-  content?: string | ContentPart[] | null;
-  /** Shown instead of the role in the K2 envelope. */
-  name?: string;
-  /** For role "tool" (K2: "## Return of {id}"). */
-  tool_call_id?: string;
-  /** Assistant tool calls (K2 only). */
-  tool_calls?: ToolCall[];
-  /** Assistant reasoning (K3: rendered in a `think` block before `response`). */
-  reasoning_content?: string | null;
-}
+export type { ChatMessage, ChatSegment, ContentPart, ToolCall };
 
 export interface ChatOptions {
   /** Default: the tokenizer's family. */
   format?: TokenizerFamily;
   /** Append the assistant prefix the model continues from. Default false. */
   addGenerationPrompt?: boolean;
-  /** Tool schemas (K2 only; keys are deep-sorted as the reference class does). */
+  /** Tool schemas (keys are deep-sorted as the reference renderers do). */
   tools?: unknown[];
   /** K2: ignore the config's chat_template and use the built-in envelope. */
   ignoreTemplate?: boolean;
-  /** K3: open the generation prefix with `think` instead of `response` (K3.md §9, "thinking
-   *  on"; UNCONFIRMED). Default false, the shape §6.6 quotes. */
+  /** K3: thinking mode (a think channel in every assistant message and the generation prefix,
+   *  and the thinking-effort message). Default true, as the release entry point. */
   thinking?: boolean;
-}
-
-export interface ChatSegment {
-  text: string;
-  /** A control token (one special id) rather than ordinary text. */
-  special: boolean;
+  /** K3 with thinking: low, high or max; undefined = max (the release entry point), null = no
+   *  effort message. */
+  thinkingEffort?: string | null;
 }
 
 export interface RenderedChat {
@@ -140,15 +114,7 @@ export function renderK2Fallback(messages: readonly ChatMessage[], tools: unknow
 
 /** Python `json.dumps(v, ensure_ascii=False, separators=(item, key))` for JSON values. */
 export function pyJson(v: unknown, item: string, key: string): string {
-  if (v === null || v === undefined) return 'null';
-  if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map((x) => pyJson(x, item, key)).join(item)}]`;
-  if (typeof v === 'object') {
-    return `{${Object.entries(v as Record<string, unknown>)
-      .map(([k, x]) => `${JSON.stringify(k)}${key}${pyJson(x, item, key)}`)
-      .join(item)}}`;
-  }
-  return JSON.stringify(String(v));
+  return pyDumps(v, { item, key });
 }
 
 /** Objects with their keys sorted at every depth (the reference sorts `tools` so). */
@@ -171,81 +137,16 @@ function requireSpecials(tok: Tokenizer, names: string[], format: string): void 
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// K3 XTML (rules R1-R7 of the golden k3/README.md, derived from §6.6):
-//   message  = <|open|> "message" ATTRS <|sep|> BODY <|close|> "message" <|sep|> <|end_of_msg|>
-//   ATTRS    = " role" '="' ROLE '"'
-//   BODY     = content (system, user, tool); assistant: [think block] response block
-//   think    = <|open|> "think" <|sep|> reasoning <|close|> "think" <|sep|>   (if non-empty)
-//   response = <|open|> "response" <|sep|> content <|close|> "response" <|sep|>
-//   prefix   = <|open|> "message" ATTRS(assistant) <|sep|> <|open|> "response" <|sep|>
-// Messages follow each other directly. Tool declarations and calls (tags tools/call/argument/
-// json) are unknown and refused. A `tool` message is rendered like a user message with
-// role="tool" (UNCONFIRMED).
-
-const OPEN = '<|open|>';
-const CLOSE = '<|close|>';
-const SEP = '<|sep|>';
-const END = '<|end_of_msg|>';
-
-/** The K3 XTML segments of a conversation (control tokens and text, in order). */
-export function k3Segments(messages: readonly ChatMessage[], opts: ChatOptions = {}): ChatSegment[] {
-  if (opts.tools && opts.tools.length > 0) throw new UserError('chat format k3: tool declarations are not supported (the K3 tool grammar is unpublished)');
-  const segs: ChatSegment[] = [];
-  const ctl = (t: string): void => void segs.push({ text: t, special: true });
-  const txt = (t: string): void => {
-    if (t.length > 0) segs.push({ text: t, special: false });
-  };
-  const openMessage = (role: string): void => {
-    ctl(OPEN);
-    txt('message');
-    txt(' role');
-    txt('="');
-    txt(role);
-    txt('"');
-    ctl(SEP);
-  };
-  const block = (tag: string, body: string): void => {
-    ctl(OPEN);
-    txt(tag);
-    ctl(SEP);
-    txt(body);
-    ctl(CLOSE);
-    txt(tag);
-    ctl(SEP);
-  };
-  for (const m of messages) {
-    if (m.tool_calls && m.tool_calls.length > 0) throw new UserError('chat format k3: assistant tool calls are not supported (the K3 tool grammar is unpublished)');
-    openMessage(m.role);
-    if (m.role === 'assistant') {
-      if (m.reasoning_content) block('think', m.reasoning_content);
-      block('response', contentText(m));
-    } else {
-      txt(contentText(m));
-    }
-    ctl(CLOSE);
-    txt('message');
-    ctl(SEP);
-    ctl(END);
-  }
-  if (opts.addGenerationPrompt) {
-    openMessage('assistant');
-    ctl(OPEN);
-    txt(opts.thinking ? 'think' : 'response');
-    ctl(SEP);
-  }
-  return segs;
-}
-
 function renderK3(tok: Tokenizer, messages: readonly ChatMessage[], opts: ChatOptions): RenderedChat {
-  requireSpecials(tok, [OPEN, CLOSE, SEP, END], 'k3');
-  const segments = k3Segments(messages, opts);
-  const ids: number[] = [];
-  for (const s of segments) {
-    if (s.special) ids.push(tok.specialId(s.text)!);
-    else for (const id of tok.encode(s.text, { allowSpecial: false })) ids.push(id);
-  }
-  return { ids, text: segments.map((s) => s.text).join(''), segments };
+  requireSpecials(tok, [K3_OPEN, K3_CLOSE, K3_SEP, K3_END], 'k3');
+  const segments = k3ChatSegments({
+    messages,
+    tools: opts.tools,
+    thinking: opts.thinking ?? true,
+    thinking_effort: opts.thinkingEffort,
+    add_generation_prompt: opts.addGenerationPrompt ?? false,
+  });
+  return { ids: encodeK3Segments(tok, segments), text: segments.map((s) => s.text).join(''), segments };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,7 +159,7 @@ export function stopTokenIds(tok: Tokenizer, modelEosIds?: number | readonly num
   if (typeof modelEosIds === 'number') out.add(modelEosIds);
   else if (modelEosIds) for (const id of modelEosIds) out.add(id);
   if (tok.eosId !== undefined) out.add(tok.eosId);
-  const names = tok.family === 'k3' ? [END, '[EOS]'] : ['<|im_end|>', '[EOS]', '[EOT]'];
+  const names = tok.family === 'k3' ? [K3_END, '[EOS]'] : ['<|im_end|>', '[EOS]', '[EOT]'];
   for (const n of names) {
     const id = tok.specialId(n);
     if (id !== undefined) out.add(id);

@@ -14,7 +14,7 @@ export {
 } from './tokenizer.js';
 export {
   renderChat,
-  k3Segments,
+  pyJson,
   renderK2Fallback,
   stopTokenIds,
   deepSortKeys,
@@ -29,3 +29,17 @@ export {
 export { KIMI_PATTERN_SOURCE, splitPieces, referenceChunks } from './pretokenize.js';
 export { checkTokenizerFits } from './fits.js';
 export { demoTokenizerFiles, DEMO_VOCAB_SIZE, DEMO_SPECIALS } from './demo.js';
+export {
+  k3ChatSegments,
+  encodeK3Segments,
+  k3PromptTokenCount,
+  pyStrip,
+  K3RenderError,
+  K3_GENERATION_PREFIX_TOKENS,
+  K3_THINKING_EFFORTS,
+  type K3ChatRequest,
+  type K3Message,
+  type K3ToolCall,
+} from './k3-chat.js';
+export { k3RequestFromBody } from './k3-request.js';
+export { pyDumps, pyLoads, pyFloatRepr, pyString, deepSort, compareCodePoints, dictEntries, PyDict, PyNum, PyJsonError, type DumpOptions } from './pyjson.js';

@@ -237,6 +237,11 @@ export class Tokenizer {
     return b;
   }
 
+  /** The bytes of an ordinary (mergeable) id, or undefined for specials and unused ids. */
+  rankBytesOf(id: number): Uint8Array | undefined {
+    return id >= 0 && id < this.numBase ? this.rankBytes[id] : undefined;
+  }
+
   /** Ids → the exact bytes. */
   decodeBytes(ids: Iterable<number>): Uint8Array {
     const parts: Uint8Array[] = [];
