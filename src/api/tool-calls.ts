@@ -5,7 +5,7 @@
 //   <|tool_calls_section_end|>
 // Text before the section is the message content.
 
-import { heldPrefix } from './reasoning.js';
+import { heldPrefix } from './held-prefix.js';
 
 const SECTION_BEGIN = '<|tool_calls_section_begin|>';
 const SECTION_END = '<|tool_calls_section_end|>';
