@@ -12,11 +12,15 @@ import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
 import { acceptDraft } from '../generate/spec-sample.js';
 import type { TextStopper } from '../generate/stop.js';
+import { sampleConstrained } from '../generate/constrain/index.js';
+import { UserError } from '../util/errors.js';
 import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
 
 /** `sampler` and `stopper` are the job's, made from `opts` (Engine.run checks the options by making them). */
 export async function generateAlone(model: Model, prompt: number[], opts: JobOptions, chunk: number, sampler: Sampler, stopper: TextStopper, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
   const V = model.config.vocabSize;
+  const c = opts.constraint;
+  if (c && (opts.spec ?? 0) > 0) throw new UserError('speculative decoding (spec) cannot be combined with constrained output');
   const s = sampler.opts;
   const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
   const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);
@@ -35,7 +39,10 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
       recorder,
       pick: (logits, generated) => {
         chosenFrom = logits;
-        return sampler.sample(logits, history(generated), V);
+        if (!c) return sampler.sample(logits, history(generated), V);
+        const id = sampleConstrained(sampler, logits, history(generated), V, c, opts.maxTokens - generated.length);
+        c.accept(id);
+        return id;
       },
       accept: (logits, draft, generated) => {
         chosenFrom = logits;

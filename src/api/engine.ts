@@ -8,6 +8,7 @@
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
+import { sampleConstrained } from '../generate/constrain/index.js';
 import { Sampler } from '../generate/sampling.js';
 import { TextStopper, type StopReason } from '../generate/stop.js';
 import type { Tokenizer } from '../tokenizer/index.js';
@@ -75,7 +76,8 @@ export class Engine {
     if (prompt.length === 0) throw new UserError('prompt is empty');
     for (const id of prompt) if (!Number.isInteger(id) || id < 0 || id >= V) throw new UserError(`token id ${id} is out of range (vocabulary ${V})`);
     const sampler = new Sampler(opts.sampling);
-    const stopper = new TextStopper(this.tok, { stopIds: opts.stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
+    const stopIds = opts.constraint ? [...opts.stopIds, ...opts.constraint.stopIds] : opts.stopIds;
+    const stopper = new TextStopper(this.tok, { stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
     if ((opts.spec ?? 0) > 0 || opts.report) return this.alone(prompt, opts, sampler, stopper, onToken);
     return new Promise((done, fail) => {
       const now = performance.now();
@@ -194,7 +196,11 @@ export class Engine {
     const V = this.model.config.vocabSize;
     const s = job.sampler.opts;
     const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
-    const id = job.sampler.sample(logits, penalized ? [...job.prompt, ...job.stopper.ids] : [], V);
+    const history = penalized ? [...job.prompt, ...job.stopper.ids] : [];
+    const c = job.opts.constraint;
+    // the constraint masks a copy: the prefix cache holds these logits
+    const id = c ? sampleConstrained(job.sampler, logits, history, V, c, job.opts.maxTokens - job.stopper.ids.length) : job.sampler.sample(logits, history, V);
+    c?.accept(id);
     if (job.stopper.ids.length === 0) job.tFirst = performance.now();
     const { text, stop } = job.stopper.push(id);
     const ev: TokenEvent = { id, text };

@@ -1,6 +1,7 @@
 // What a generation reports: its tokens as they come, its final result, the options of one job,
 // and the log-probabilities of a token (shared by the batched loop and generations run alone).
 
+import type { TokenConstraint } from '../generate/constrain/index.js';
 import type { RunSummary } from '../generate/report.js';
 import type { SamplingOptions } from '../generate/sampling.js';
 import type { StopReason } from '../generate/stop.js';
@@ -45,6 +46,8 @@ export interface JobOptions {
   spec?: number;
   /** Record the run report (GenerationResult.report). Runs alone, so the read counters are this run's. */
   report?: boolean;
+  /** Only ids it allows are chosen (as if the others' logits were -Infinity); one per request, it keeps the reply's state. */
+  constraint?: TokenConstraint;
 }
 
 /** log-softmax of the raw logits in double, at `id` and for the `k` most likely ids (ties by id). */

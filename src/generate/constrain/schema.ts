@@ -1,0 +1,321 @@
+// JSON Schema -> alternatives of plain constraint records ("atoms"): anyOf / oneOf become a union,
+// allOf is merged, $ref to #/$defs/... or #/definitions/... (or any local JSON pointer) is
+// followed (recursion through properties and items is fine: children are nodes made on demand).
+// A schema is a node: the list of its atoms. Keywords this does not enforce are collected in
+// `unsupported` (the value produced is still of an allowed type).
+
+import { UserError } from '../../util/errors.js';
+
+export const K_NULL = 1;
+export const K_BOOL = 2;
+export const K_INT = 4;
+/** Numbers that are not integers ("number" = K_INT | K_NUM). */
+export const K_NUM = 8;
+export const K_STR = 16;
+export const K_OBJ = 32;
+export const K_ARR = 64;
+export const K_ALL = 127;
+
+const TYPE_KINDS: Record<string, number> = { null: K_NULL, boolean: K_BOOL, integer: K_INT, number: K_INT | K_NUM, string: K_STR, object: K_OBJ, array: K_ARR };
+
+export function kindOf(v: unknown): number {
+  if (v === null) return K_NULL;
+  if (typeof v === 'boolean') return K_BOOL;
+  if (typeof v === 'number') return Number.isInteger(v) ? K_INT : K_NUM;
+  if (typeof v === 'string') return K_STR;
+  if (Array.isArray(v)) return K_ARR;
+  return K_OBJ;
+}
+
+/** Code points, as JSON Schema counts string length. */
+export const codePoints = (s: string): number => [...s].length;
+
+export interface Atom {
+  readonly id: number;
+  kinds: number;
+  /** enum / const: only these values (already filtered by kind and string length). */
+  lits: unknown[] | null;
+  minLength: number;
+  maxLength: number;
+  /** Declared keys in order and their value nodes; `required` lists indices into `names`. */
+  names: string[];
+  props: Node[];
+  required: number[];
+  /** Schema of other keys; null: no other keys. */
+  additional: Node | null;
+  prefix: Node[];
+  /** Items past `prefix`; null: none. */
+  items: Node | null;
+  minItems: number;
+  maxItems: number;
+}
+
+export class Node {
+  atoms: Atom[] = [];
+  constructor(readonly id: number) {}
+}
+
+type Schema = boolean | Record<string, unknown>;
+
+interface ObjPart {
+  props: Map<string, Schema>;
+  additional: Schema;
+}
+interface ArrPart {
+  prefix: Schema[];
+  items: Schema;
+}
+
+/** A conjunction of constraints before its children become nodes. */
+interface Cons {
+  kinds: number;
+  lits: unknown[] | null;
+  minLength: number;
+  maxLength: number;
+  required: Set<string>;
+  obj: ObjPart[];
+  arr: ArrPart[];
+  minItems: number;
+  maxItems: number;
+}
+
+const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref']);
+
+const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity });
+
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) return a.length === (b as unknown[]).length && a.every((x, i) => sameJson(x, (b as unknown[])[i]));
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  return ka.length === kb.length && ka.every((k) => Object.hasOwn(b, k) && sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+}
+
+function merge(a: Cons, b: Cons): Cons {
+  let lits = a.lits;
+  if (b.lits) lits = lits ? lits.filter((x) => b.lits!.some((y) => sameJson(x, y))) : b.lits;
+  return {
+    kinds: a.kinds & b.kinds,
+    lits,
+    minLength: Math.max(a.minLength, b.minLength),
+    maxLength: Math.min(a.maxLength, b.maxLength),
+    required: new Set([...a.required, ...b.required]),
+    obj: [...a.obj, ...b.obj],
+    arr: [...a.arr, ...b.arr],
+    minItems: Math.max(a.minItems, b.minItems),
+    maxItems: Math.min(a.maxItems, b.maxItems),
+  };
+}
+
+function product(xs: Cons[], ys: Cons[]): Cons[] {
+  const out: Cons[] = [];
+  for (const x of xs) for (const y of ys) out.push(merge(x, y));
+  return out;
+}
+
+const nonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+
+export class SchemaCompiler {
+  readonly unsupported = new Set<string>();
+  private nodes: Node[] = [];
+  private byList = new Map<string, Node>();
+  private ids = new WeakMap<object, number>();
+  private nextSchemaId = 2;
+  private expanding = new Set<object>();
+  private atomCount = 0;
+
+  constructor(readonly root: Schema, readonly where = 'schema') {}
+
+  private sid(s: Schema): number {
+    if (s === true) return 0;
+    if (s === false) return 1;
+    let id = this.ids.get(s);
+    if (id === undefined) this.ids.set(s, (id = this.nextSchemaId++));
+    return id;
+  }
+
+  /** The node of all of these schemas at once (memoized, so recursive schemas end). */
+  node(...schemas: Schema[]): Node {
+    const list = schemas.filter((s) => s !== true);
+    const key = list.map((s) => this.sid(s)).sort((a, b) => a - b).join(',');
+    let n = this.byList.get(key);
+    if (n) return n;
+    n = new Node(this.nodes.length);
+    this.nodes.push(n);
+    this.byList.set(key, n);
+    let cons = [any()];
+    for (const s of list) cons = product(cons, this.consOf(s));
+    n.atoms = cons.map((c) => this.atom(c)).filter((a): a is Atom => a !== null);
+    return n;
+  }
+
+  get nodeCount(): number {
+    return this.nodes.length;
+  }
+
+  allNodes(): readonly Node[] {
+    return this.nodes;
+  }
+
+  private resolve(ref: string): Schema {
+    if (!ref.startsWith('#')) throw new UserError(`${this.where}: $ref ${JSON.stringify(ref)}: only local references (#/$defs/..., #/definitions/...) are supported`);
+    let cur: unknown = this.root;
+    for (const raw of ref.slice(1).split('/').slice(1)) {
+      const part = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
+      if (cur === null || typeof cur !== 'object' || !Object.hasOwn(cur, part)) throw new UserError(`${this.where}: $ref ${JSON.stringify(ref)} points nowhere`);
+      cur = (cur as Record<string, unknown>)[part];
+    }
+    if (typeof cur !== 'boolean' && (cur === null || typeof cur !== 'object' || Array.isArray(cur))) throw new UserError(`${this.where}: $ref ${JSON.stringify(ref)} is not a schema`);
+    return cur as Schema;
+  }
+
+  /** The alternatives (a disjunction of conjunctions) of one schema. */
+  private consOf(s: Schema): Cons[] {
+    if (s === true) return [any()];
+    if (s === false) return [];
+    if (s === null || typeof s !== 'object' || Array.isArray(s)) throw new UserError(`${this.where}: a schema must be an object or a boolean, got ${JSON.stringify(s)}`);
+    // A $ref / anyOf loop that reads no character could only recurse: no value comes from it.
+    if (this.expanding.has(s)) return [];
+    this.expanding.add(s);
+    try {
+      let alts = [this.own(s)];
+      if (typeof s.$ref === 'string') alts = product(alts, this.consOf(this.resolve(s.$ref)));
+      for (const k of ['anyOf', 'oneOf'] as const) {
+        const v = s[k];
+        if (v === undefined) continue;
+        if (!Array.isArray(v)) throw new UserError(`${this.where}: ${k} must be an array`);
+        alts = product(alts, v.flatMap((x) => this.consOf(x as Schema)));
+      }
+      if (s.allOf !== undefined) {
+        if (!Array.isArray(s.allOf)) throw new UserError(`${this.where}: allOf must be an array`);
+        for (const x of s.allOf) alts = product(alts, this.consOf(x as Schema));
+      }
+      return alts;
+    } finally {
+      this.expanding.delete(s);
+    }
+  }
+
+  /** The schema's own keywords (no combinators). */
+  private own(s: Record<string, unknown>): Cons {
+    const c = any();
+    for (const k of Object.keys(s)) if (!HANDLED.has(k) && !ANNOTATIONS.has(k)) this.unsupported.add(k);
+    const t = s.type;
+    if (t !== undefined) {
+      const names = Array.isArray(t) ? t : [t];
+      let kinds = 0;
+      for (const n of names) {
+        if (typeof n !== 'string' || !(n in TYPE_KINDS)) throw new UserError(`${this.where}: unknown type ${JSON.stringify(n)}`);
+        kinds |= TYPE_KINDS[n]!;
+      }
+      c.kinds = kinds;
+    }
+    if (s.nullable === true) c.kinds |= K_NULL;
+    if (s.enum !== undefined) {
+      if (!Array.isArray(s.enum)) throw new UserError(`${this.where}: enum must be an array`);
+      c.lits = [...s.enum];
+    }
+    if (s.const !== undefined) c.lits = c.lits ? c.lits.filter((x) => sameJson(x, s.const)) : [s.const];
+    if (nonNegInt(s.minLength)) c.minLength = s.minLength;
+    if (nonNegInt(s.maxLength)) c.maxLength = s.maxLength;
+    if (nonNegInt(s.minItems)) c.minItems = s.minItems;
+    if (nonNegInt(s.maxItems)) c.maxItems = s.maxItems;
+    if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
+    const props = s.properties;
+    const ap = s.additionalProperties;
+    if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined) {
+      const m = new Map<string, Schema>();
+      if (props && typeof props === 'object') for (const [k, v] of Object.entries(props)) m.set(k, v as Schema);
+      c.obj.push({ props: m, additional: ap === undefined ? true : (ap as Schema) });
+    }
+    const items = s.items;
+    const prefixItems = Array.isArray(s.prefixItems) ? (s.prefixItems as Schema[]) : Array.isArray(items) ? (items as Schema[]) : null;
+    if (prefixItems || (items !== undefined && !Array.isArray(items))) {
+      const rest = Array.isArray(items) ? (s.additionalItems === undefined ? true : (s.additionalItems as Schema)) : items === undefined ? true : (items as Schema);
+      c.arr.push({ prefix: prefixItems ?? [], items: rest });
+    }
+    return c;
+  }
+
+  /** Children become nodes; an impossible conjunction is null. */
+  private atom(c: Cons): Atom | null {
+    if (c.lits) {
+      c.lits = c.lits.filter((v) => {
+        if ((kindOf(v) & c.kinds) === 0 && !((kindOf(v) & K_INT) && (c.kinds & K_NUM))) return false;
+        if (typeof v === 'string') {
+          const n = codePoints(v);
+          return n >= c.minLength && n <= c.maxLength;
+        }
+        return true;
+      });
+      if (c.lits.length === 0) return null;
+    }
+    if (c.minLength > c.maxLength) c.kinds &= ~K_STR;
+    // Object: every part (a conjunct's properties / additionalProperties) must accept a key.
+    const names: string[] = [];
+    const props: Node[] = [];
+    const declared = new Set<string>();
+    for (const p of c.obj) for (const k of p.props.keys()) declared.add(k);
+    for (const r of c.required) declared.add(r);
+    for (const k of declared) {
+      const parts: Schema[] = [];
+      let ok = true;
+      for (const p of c.obj) {
+        const s = p.props.has(k) ? p.props.get(k)! : p.additional;
+        if (s === false) ok = false;
+        else parts.push(s);
+      }
+      if (!ok) {
+        if (c.required.has(k)) c.kinds &= ~K_OBJ;
+        continue;
+      }
+      names.push(k);
+      props.push(this.node(...parts));
+    }
+    const addParts: Schema[] = [];
+    let additionalOk = true;
+    for (const p of c.obj) {
+      if (p.additional === false) additionalOk = false;
+      else addParts.push(p.additional);
+    }
+    const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
+    // Array: item j must satisfy every part's schema for position j.
+    let maxItems = c.maxItems;
+    let prefixLen = 0;
+    for (const a of c.arr) prefixLen = Math.max(prefixLen, a.prefix.length);
+    const prefix: Node[] = [];
+    for (let j = 0; j < prefixLen && j < maxItems; j++) {
+      const parts: Schema[] = [];
+      for (const a of c.arr) parts.push(j < a.prefix.length ? a.prefix[j]! : a.items);
+      if (parts.includes(false)) {
+        maxItems = j;
+        break;
+      }
+      prefix.push(this.node(...parts));
+    }
+    let items: Node | null = null;
+    const itemParts = c.arr.map((a) => a.items);
+    if (!itemParts.includes(false) && maxItems > prefix.length) items = this.node(...itemParts);
+    else maxItems = Math.min(maxItems, prefix.length);
+    if (c.minItems > maxItems) c.kinds &= ~K_ARR;
+    if (c.kinds === 0) return null;
+    return {
+      id: this.atomCount++,
+      kinds: c.kinds,
+      lits: c.lits,
+      minLength: c.minLength,
+      maxLength: c.maxLength,
+      names,
+      props,
+      required,
+      additional: additionalOk ? this.node(...addParts) : null,
+      prefix,
+      items,
+      minItems: c.minItems,
+      maxItems,
+    };
+  }
+}
