@@ -28,7 +28,7 @@ let browser: Any = null;
 before(async () => {
   if (skip) return;
   await synthCheckpoint({ arch: 'k3', preset: 'demo', out: DEMO, extraFiles: demoTokenizerFiles() });
-  srv = await startServe(DEMO);
+  srv = await startServe(DEMO, ['--ctx', '2048']); // K3 prompts with thinking are long
   browser = await pw!.chromium.launch({ executablePath: exe!, args: ['--no-sandbox', '--headless=new'] });
 });
 after(async () => {
@@ -46,6 +46,7 @@ test('the chat page streams a reply, shows thinking apart, and can stop a reply'
     w.updates = 0;
     new MutationObserver(() => w.updates++).observe(document.getElementById('log')!, { subtree: true, childList: true, characterData: true });
   });
+  await page.uncheck('#thinking'); // on by default, as K3's release template
   await page.fill('#msg', 'Hello, page');
   await page.click('#send');
   await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled && document.querySelectorAll('.assistant').length === 1, null, { timeout: 60_000 });
@@ -61,7 +62,7 @@ test('the chat page streams a reply, shows thinking apart, and can stop a reply'
   await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled && document.querySelectorAll('.assistant').length === 2, null, { timeout: 60_000 });
   const thinks = await page.$$eval('.think', (els: HTMLElement[]) => els.map((e) => (e.hidden ? null : e.textContent)));
   assert.equal(thinks[0], null, 'no thinking shown for the first reply');
-  assert.ok((thinks[1] ?? '').length > 0, 'the second reply shows its thinking');
+  assert.ok((thinks[1] ?? '').length > 0, `the second reply shows its thinking: ${JSON.stringify(thinks)} ${await page.textContent('#log')}`);
 
   // Stop: a long reply ends early, marked as stopped
   await page.uncheck('#thinking');

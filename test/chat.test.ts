@@ -51,12 +51,12 @@ test('a follow-up turn runs only its new tokens through the model, with the same
   try {
     const tok = await loadTokenizer(DEMO);
     const { calls, original } = instrument(model);
-    const session = new ChatSession(model, tok, { maxTokens: 6, ignoreEos: true, chunk: 16 });
+    const session = new ChatSession(model, tok, { maxTokens: 6, ignoreEos: true, chunk: 16, thinking: false });
     const r1 = await session.turn('Hello');
     assert.equal(r1.reason, 'max_tokens');
     assert.equal(r1.ids.length, 6);
     // Turn 1 from position 0: the rendered user message, then one call per decode step.
-    const user1 = renderChat(tok, [{ role: 'user', content: 'Hello' }], { format: 'k3', addGenerationPrompt: true }).ids;
+    const user1 = renderChat(tok, [{ role: 'user', content: 'Hello' }], { format: 'k3', addGenerationPrompt: true, thinking: false }).ids;
     assert.deepEqual(r1.promptIds, user1);
     assert.equal(calls[0]!.pos, 0);
 
@@ -67,7 +67,7 @@ test('a follow-up turn runs only its new tokens through the model, with the same
     const r2 = await session.turn('How are you?');
     assert.equal(r2.rebuilt, null);
     assert.equal(r2.reused, posBefore);
-    const user2 = renderChat(tok, [{ role: 'user', content: 'How are you?' }], { format: 'k3', addGenerationPrompt: true }).ids;
+    const user2 = renderChat(tok, [{ role: 'user', content: 'How are you?' }], { format: 'k3', addGenerationPrompt: true, thinking: false }).ids;
     const expectedNew = [histBefore.at(-1)!, ...session.closing(), ...user2];
     // The prefill calls start where the state was and cover exactly the new tokens.
     const prefill = calls.slice(0, calls.length - r2.decodeTokens);
@@ -208,7 +208,7 @@ test('a state file from another model, or cut short, is refused with a message n
 });
 
 test('Ctrl-C during a reply stops the reply, not the program; EOF exits 0', async () => {
-  const child = spawn(process.execPath, [MAIN, 'chat', DEMO, '--max-tokens', '100000', '--ignore-eos', '--ctx', '512'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [MAIN, 'chat', DEMO, '--max-tokens', '100000', '--ignore-eos', '--ctx', '512', '--no-thinking'], { stdio: ['pipe', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString('utf8')));

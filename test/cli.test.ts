@@ -89,7 +89,7 @@ test('time_to_first_token in --json and the report; --ctx stops generation (stop
   // Without --ctx, -n N plans the cache for prompt + N tokens.
   assert.equal(json(k3(['run', DEMO, '--ids', '5,6', '-n', '3', '--json'])).ctx, 5);
   // k3 chat: the reply stops at the context, and so does every later turn, with a note.
-  const c = k3(['chat', DEMO, '--ctx', '160', '--ignore-eos', '--max-tokens', '1000', '-t', '1'], 'Hello there\nmore\n/stats\n');
+  const c = k3(['chat', DEMO, '--ctx', '160', '--ignore-eos', '--max-tokens', '1000', '-t', '1', '--no-thinking'], 'Hello there\nmore\n/stats\n');
   assert.equal(c.status, 0, c.stderr);
   assert.match(c.stdout, /context +160 tokens/);
   assert.match(c.stdout, /stop +context/);

@@ -24,6 +24,8 @@ const DEMO = join(tmp, 'demo-k3');
 let srv: Serving | null = null;
 let client: Any;
 const user = (content: string) => [{ role: 'user' as const, content }];
+// these tests read the response channel of a random-weight model: thinking off
+const NO_THINK = { chat_template_kwargs: { thinking: false } };
 
 before(async () => {
   if (!mod) return;
@@ -48,7 +50,7 @@ async function streamText(body: object): Promise<{ text: string; finish: string 
 }
 
 test('a streamed and a non-streamed chat completion give the same text', { skip }, async () => {
-  const body = { messages: user('Hello there'), max_tokens: 12, temperature: 0.7, seed: 3 };
+  const body = { messages: user('Hello there'), max_tokens: 12, temperature: 0.7, seed: 3, ...NO_THINK };
   const r = await client.chat.completions.create({ model: 'demo-k3', ...body });
   const s = await streamText(body);
   assert.equal(s.text, r.choices[0].message.content);
@@ -57,14 +59,14 @@ test('a streamed and a non-streamed chat completion give the same text', { skip 
 });
 
 test('seed makes the output repeat', { skip }, async () => {
-  const body = { model: 'demo-k3', messages: user('Pick words'), max_tokens: 10, temperature: 1, seed: 42 };
+  const body = { model: 'demo-k3', messages: user('Pick words'), max_tokens: 10, temperature: 1, seed: 42, ...NO_THINK };
   const a = await client.chat.completions.create(body);
   const b = await client.chat.completions.create(body);
   assert.equal(a.choices[0].message.content, b.choices[0].message.content);
 });
 
 test('stop strings work', { skip }, async () => {
-  const body = { model: 'demo-k3', messages: user('Keep going'), max_tokens: 16, temperature: 0 };
+  const body = { model: 'demo-k3', messages: user('Keep going'), max_tokens: 16, temperature: 0, ...NO_THINK };
   const full: string = (await client.chat.completions.create(body)).choices[0].message.content;
   const stop = full.slice(5, 8);
   const r = await client.chat.completions.create({ ...body, stop: [stop] });

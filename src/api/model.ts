@@ -4,15 +4,16 @@
 // same output as alone.
 
 import type { Model } from '../model/model.js';
+import { k3ReplyConstraint, type TokenConstraint } from '../generate/constrain/index.js';
 import type { SamplingOptions } from '../generate/sampling.js';
 import { usableStopIds } from '../generate/stop.js';
-import { renderChat, stopTokenIds, type ChatMessage, type Tokenizer, type TokenizerFamily } from '../tokenizer/index.js';
+import { encodeK3Segments, k3ChatSegments, k3PromptTokenCount, renderChat, stopTokenIds, type ChatMessage, type K3ChatRequest, type Tokenizer, type TokenizerFamily } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { Engine } from './engine.js';
 import type { GenerationResult, TokenEvent } from './events.js';
 import { ChatSession } from '../generate/session.js';
 import { LIBRARY, openModelDir, type LoadOptions, type Opener } from './load.js';
-import { assistantMessage, type AssistantMessage } from './reply.js';
+import { ChatReply, declaredTools, withoutReasoning, type ChatResult, type ChatTokenEvent, type ChatTurnOptions, type ToolSpec } from './chat.js';
 import { KimiChatSession, type SessionOptions } from './session.js';
 
 export interface GenerateOptions extends SamplingOptions {
@@ -30,28 +31,30 @@ export interface GenerateOptions extends SamplingOptions {
   spec?: number;
   /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs alone. */
   report?: boolean;
+  /** Hold the output to a grammar (e.g. k3ReplyConstraint); one per generation. Not with `spec`. */
+  constraint?: TokenConstraint;
 }
 
-export interface ChatOptions extends GenerateOptions {
-  /** K3: open the reply with a think block; the result's message has reasoning_content. */
-  thinking?: boolean;
-  /** K2: tool schemas rendered into the system prompt. */
-  tools?: unknown[];
-}
+/** A chat turn's options: generation's, and the conversation's (tools, thinking, structure). */
+export interface ChatOptions extends GenerateOptions, ChatTurnOptions {}
 
-export interface ChatResult extends GenerationResult {
-  message: AssistantMessage;
+/** A rendered chat prompt: its ids, the prompt tokens as Moonshot's API counts them (K3), and
+ *  every tool it declares (the request's and those of system messages). */
+export interface RenderedPrompt {
+  ids: number[];
+  promptTokens: number;
+  tools: ToolSpec[];
 }
 
 /** Tokens as they are generated (`for await`), and the result when generation ends. */
-export class Generation<R extends GenerationResult = GenerationResult> implements AsyncIterable<TokenEvent> {
+export class Generation<R extends GenerationResult = GenerationResult, E extends TokenEvent = TokenEvent> implements AsyncIterable<E> {
   readonly result: Promise<R>;
-  private readonly events: TokenEvent[] = [];
+  private readonly events: E[] = [];
   private ended = false;
   private error: unknown = null;
   private wake: (() => void) | null = null;
 
-  constructor(start: (onToken: (e: TokenEvent) => void) => Promise<R>) {
+  constructor(start: (onToken: (e: E) => void) => Promise<R>) {
     this.result = start((e) => {
       this.events.push(e);
       this.poke();
@@ -74,7 +77,7 @@ export class Generation<R extends GenerationResult = GenerationResult> implement
     w?.();
   }
 
-  async *[Symbol.asyncIterator](): AsyncGenerator<TokenEvent, void> {
+  async *[Symbol.asyncIterator](): AsyncGenerator<E, void> {
     for (;;) {
       while (this.events.length > 0) yield this.events.shift()!;
       if (this.ended) {
@@ -124,9 +127,35 @@ export class KimiModel {
   }
 
   /** The chat format's ids for a conversation, ending with the assistant generation prompt. */
-  renderChat(messages: readonly ChatMessage[], opts: Pick<ChatOptions, 'thinking' | 'tools'> = {}): number[] {
-    if (opts.tools && opts.tools.length > 0 && this.format === 'k3') throw new UserError('tools: K3 tool calls are not supported yet (the K3 tool grammar is unpublished)');
-    return renderChat(this.needTok('chat'), messages, { format: this.format, addGenerationPrompt: true, thinking: opts.thinking, tools: opts.tools }).ids;
+  renderChat(messages: readonly ChatMessage[], opts: ChatTurnOptions = {}): number[] {
+    return this.renderPrompt(messages, opts).ids;
+  }
+
+  /** renderChat, with the prompt tokens as the usage reports them (K3: Moonshot's count). */
+  renderPrompt(messages: readonly ChatMessage[], opts: ChatTurnOptions = {}): RenderedPrompt {
+    const tok = this.needTok('chat');
+    if (this.format !== 'k3') {
+      const ids = renderChat(tok, messages, { format: this.format, addGenerationPrompt: true, tools: opts.tools as unknown[] | undefined }).ids;
+      return { ids, promptTokens: ids.length, tools: [...(opts.tools ?? [])] };
+    }
+    const thinking = opts.thinking ?? true;
+    const req: K3ChatRequest = {
+      messages: thinking && opts.preserveThinking === false ? withoutReasoning(messages) : messages,
+      tools: opts.tools,
+      tool_choice: opts.toolChoice,
+      response_format: opts.responseFormat,
+      thinking,
+      ...(opts.thinkingEffort !== undefined ? { thinking_effort: opts.thinkingEffort } : {}),
+      add_generation_prompt: true,
+    };
+    return this.renderK3(req, declaredTools(messages, opts.tools));
+  }
+
+  /** A K3 render request (`k3 render`'s, from a request body) to its prompt; `tools`: every
+   *  tool it declares, as plain values (the constraint holds calls to their schemas). */
+  renderK3(req: K3ChatRequest, tools: readonly ToolSpec[] = []): RenderedPrompt {
+    const ids = encodeK3Segments(this.needTok('chat'), k3ChatSegments(req));
+    return { ids, promptTokens: k3PromptTokenCount(ids), tools: [...tools] };
   }
 
   /** Ids that end a reply (end of message, eos) for this model and tokenizer. */
@@ -142,14 +171,37 @@ export class KimiModel {
     return new Generation((onToken) => this.engine.run(ids, this.jobOptions(opts, opts.ignoreEos ?? true), onToken));
   }
 
-  /** Reply to a conversation in the model's chat format. */
-  chat(messages: readonly ChatMessage[], opts: ChatOptions = {}): Generation<ChatResult> {
+  /** Reply to a conversation in the model's chat format: tokens with the message deltas they
+   *  make, then the assistant message (reasoning, content, typed tool calls). */
+  chat(messages: readonly ChatMessage[], opts: ChatOptions = {}): Generation<ChatResult, ChatTokenEvent> {
     this.live();
-    const ids = this.renderChat(messages, opts);
-    const thinking = opts.thinking ?? false;
-    return new Generation(async (onToken) => {
-      const r = await this.engine.run(ids, this.jobOptions(opts, opts.ignoreEos ?? false), onToken);
-      return { ...r, message: assistantMessage(r.text, this.format, thinking) };
+    return this.chatRendered(this.renderPrompt(messages, opts), opts);
+  }
+
+  /** The structure a chat request asks for (a JSON response, a forced call, calls held to their
+   *  schemas) as a constraint on its reply, or null when it asks for none (and for K2). */
+  replyConstraint(prompt: RenderedPrompt, opts: ChatOptions = {}): TokenConstraint | null {
+    if (this.format !== 'k3') return null;
+    const thinking = opts.thinking ?? true;
+    return k3ReplyConstraint(this.needTok('chat'), { thinking, tools: prompt.tools, toolChoice: opts.toolChoice, responseFormat: opts.responseFormat, parallelToolCalls: opts.parallelToolCalls, vocabSize: this.vocabSize });
+  }
+
+  /** `chat` on a prompt rendered by renderPrompt with the same options. */
+  chatRendered(prompt: RenderedPrompt, opts: ChatOptions = {}): Generation<ChatResult, ChatTokenEvent> {
+    this.live();
+    const tok = this.needTok('chat');
+    const thinking = this.format === 'k3' && (opts.thinking ?? true);
+    // stop strings end the content, not the markup: the reply watches them (chat.ts)
+    const stopper = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, stopper.signal]) : stopper.signal;
+    const toolsAllowed = prompt.tools.length > 0 && opts.toolChoice !== 'none';
+    const reply = new ChatReply(tok, this.format, thinking, opts.stop, () => stopper.abort(), toolsAllowed);
+    const constraint = opts.constraint ?? this.replyConstraint(prompt, opts);
+    const job = this.jobOptions({ ...opts, stop: undefined, signal, constraint: constraint ?? undefined }, opts.ignoreEos ?? false);
+    return new Generation<ChatResult, ChatTokenEvent>(async (onToken) => {
+      const r = await this.engine.run(prompt.ids, job, (e) => onToken({ ...e, deltas: reply.push(e) }));
+      const fin = reply.finish(r.stopReason === 'aborted' && reply.stopSequence !== null ? { ...r, stopReason: 'stop_string' } : r);
+      return { ...fin.result, promptTokens: prompt.promptTokens, lastDeltas: fin.deltas };
     });
   }
 
@@ -159,7 +211,7 @@ export class KimiModel {
     if ((o.stop?.length ?? 0) > 0) this.needTok('stop strings');
     const spec = o.spec ?? 0;
     if (!Number.isSafeInteger(spec) || spec < 0) throw new UserError(`spec must be an integer >= 0, got ${spec}`);
-    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal, spec, report: o.report };
+    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal, spec, report: o.report, constraint: o.constraint };
   }
 
   /** A conversation that keeps its state between turns (save / load / reset), as `k3 chat`. */

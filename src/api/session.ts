@@ -3,15 +3,23 @@
 // the model to itself (Engine.exclusive), so sessions and batched requests can share one model.
 // `k3 chat` is a REPL over this.
 
-import { ChatSession, type AbortFlag, type SessionOptions, type TurnResult } from '../generate/session.js';
+import { ChatSession, type AbortFlag, type SessionOptions, type TurnResult as BaseTurnResult } from '../generate/session.js';
 import type { LoadedState } from '../generate/state-file.js';
 import type { Engine } from './engine.js';
+import { K3ReplyParser, type K3Delta, type K3Parsed } from './k3-reply.js';
 
-export type { SessionOptions, TurnResult };
+export type { SessionOptions };
+
+/** A turn's result; K3 turns also have the reply parsed (reasoning, content, tool calls). */
+export interface TurnResult extends BaseTurnResult {
+  reply?: K3Parsed;
+}
 
 export interface TurnOptions {
-  /** Sees the reply's text as it is generated. */
+  /** Sees the reply's text as it is generated (K3: the raw channels, markup included). */
   onText?: (s: string) => void;
+  /** K3: sees the reply's reasoning, content and tool calls as they are parsed. */
+  onDelta?: (d: K3Delta) => void;
   /** Stops the reply at the next token (or the prompt at the next chunk). */
   signal?: AbortSignal;
 }
@@ -28,12 +36,21 @@ export class KimiChatSession {
       const abort: AbortFlag = { aborted: o.signal?.aborted ?? false };
       const onAbort = (): void => void (abort.aborted = true);
       o.signal?.addEventListener('abort', onAbort);
+      const k3 = this.s.format === 'k3';
+      const parser = k3 ? new K3ReplyParser(this.s.tok, this.s.opts.thinking === false ? 'response' : 'think') : null;
+      const onId = parser ? (id: number) => parser.push(id).forEach((d) => o.onDelta?.(d)) : undefined;
       try {
-        return await this.s.turn(text, { onText: o.onText, abort });
+        const r = await this.s.turn(text, { onText: o.onText, onId, abort });
+        return parser ? { ...r, reply: parser.finish() } : r;
       } finally {
         o.signal?.removeEventListener('abort', onAbort);
       }
     });
+  }
+
+  /** The chat format (k3: replies are parsed into reasoning, content and tool calls). */
+  get format(): string {
+    return this.s.format;
   }
 
   /** The conversation's ids (what the model has seen or produced). */

@@ -11,7 +11,7 @@ import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
-import type { KimiChatSession } from '../api/session.js';
+import type { KimiChatSession, TurnOptions } from '../api/session.js';
 import { Sampler } from '../generate/sampling.js';
 import { UserError } from '../util/errors.js';
 
@@ -38,14 +38,15 @@ during a reply stops the reply; Ctrl-C at the prompt or end of input exits.
   --system TEXT     system message of the conversation
   --load FILE       start from a state saved with /save
   --max-tokens N    longest reply in tokens (default 512)
-  --thinking        K3: open replies with a think block instead of the response
+  --no-thinking     K3: answer without thinking (default: think first, effort max, as K3's
+                    release template; the reasoning goes to stderr, dimmed on a terminal)
 
 ${COMMANDS_HELP}
 
 ${SAMPLING_HELP}
 ${MODEL_HELP}`,
   async run(args) {
-    const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, thinking: { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
+    const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
     const dir = positionals[0]!;
     const maxTokens = parseIntFlag('chat', 'max-tokens', values['max-tokens'], 512, 1);
     const spec = parseIntFlag('chat', 'spec', values.spec, 0, 0);
@@ -62,7 +63,7 @@ ${MODEL_HELP}`,
         maxTokens,
         stopStrings: values.stop ?? [],
         ignoreEos: values['ignore-eos'] ?? false,
-        thinking: values.thinking ?? false,
+        thinking: !(values['no-thinking'] ?? false),
         spec,
       });
       if (values.load !== undefined) {
@@ -143,7 +144,9 @@ async function repl(session: KimiChatSession): Promise<number> {
       const abort = new AbortController();
       generating = abort;
       try {
-        const r = await session.turn(line, { onText: (s) => void process.stdout.write(s), signal: abort.signal });
+        const printer = replyPrinter(session.format === 'k3');
+        const r = await session.turn(line, { ...printer, signal: abort.signal });
+        printer.end();
         process.stdout.write('\n');
         if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
         if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
@@ -157,6 +160,34 @@ async function repl(session: KimiChatSession): Promise<number> {
     process.stdin.pause();
   }
   return exitCode;
+}
+
+/** Where a reply goes: K3's reasoning to stderr (dimmed on a terminal), its answer and tool
+ *  calls to stdout; other formats' text to stdout as it comes. */
+function replyPrinter(k3: boolean): Pick<TurnOptions, 'onText' | 'onDelta'> & { end(): void } {
+  if (!k3) return { onText: (s) => void process.stdout.write(s), end: () => {} };
+  const dim = process.stderr.isTTY === true;
+  let thinking = false;
+  return {
+    end: () => {
+      if (thinking) process.stderr.write(dim ? '\x1b[0m\n' : '\n');
+      thinking = false;
+    },
+    onDelta: (d) => {
+      if (d.reasoning_content) {
+        if (!thinking && dim) process.stderr.write('\x1b[2m');
+        thinking = true;
+        process.stderr.write(d.reasoning_content);
+        return;
+      }
+      if (thinking) {
+        process.stderr.write(dim ? '\x1b[0m\n' : '\n');
+        thinking = false;
+      }
+      if (d.content) process.stdout.write(d.content);
+      if (d.tool_call) process.stdout.write(`\n[tool call ${d.tool_call.function.name} ${d.tool_call.function.arguments}]`);
+    },
+  };
 }
 
 function slashCommand(session: KimiChatSession, cmd: string, arg: string): void {

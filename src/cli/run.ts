@@ -118,6 +118,8 @@ is given. Ctrl-C stops at the next token and prints what was generated and the r
   --chat            wrap the prompt as one user message in the model's chat format (K3's for K3
                     models, K2's otherwise) with the generation prompt; stops at end of message
   --system TEXT     with --chat: a system message first
+  --no-thinking     with --chat, K3: open the response channel, not the think channel (default:
+                    think, effort max, as K3's release template)
   --stop-at-eos     stop at the end-of-message / eos tokens without --chat
   --printable       print only readable text: special tokens, control characters and U+FFFD
                     (bytes of a broken UTF-8 sequence) left out (--json keeps the exact text)
@@ -127,7 +129,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'run',
       args,
-      { ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      { ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -139,6 +141,7 @@ ${MODEL_HELP}`,
     const spec = parseIntFlag('run', 'spec', values.spec, 0, 0);
     if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
     if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
+    if (values['no-thinking'] && !values.chat) throw new UserError('run: --no-thinking needs --chat');
     checkModelDir('run', dir);
     const cfg0 = loadConfig(dir);
     const tokDir = values.tok ?? dir;
@@ -154,7 +157,7 @@ ${MODEL_HELP}`,
       text = values.prompt ?? readTextFlag('run', 'prompt-file', values['prompt-file']!);
       if (values.chat) {
         const messages: ChatMessage[] = [...(values.system !== undefined ? [{ role: 'system', content: values.system }] : []), { role: 'user', content: text }];
-        ids = renderChat(tok, messages, { format: cfg0.arch === 'k3' ? 'k3' : 'k2', addGenerationPrompt: true }).ids;
+        ids = renderChat(tok, messages, { format: cfg0.arch === 'k3' ? 'k3' : 'k2', addGenerationPrompt: true, thinking: !(values['no-thinking'] ?? false) }).ids;
       } else ids = tok.encode(text);
     }
     // The context: --ctx, else (when -n / --gen is given) exactly prompt + N, else 4096.

@@ -6,6 +6,7 @@ import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { startServer } from '../server/server.js';
+import { samplingDefaults } from '../server/generation-config.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
@@ -26,6 +27,13 @@ Stops on SIGINT / SIGTERM.
   --queue N         requests waiting beyond those before answering 429 (default 64)
   --body-limit N    largest request body in bytes (default 4194304)
   --tok DIR         tokenizer directory (default: MODEL)
+  --max-tokens N    most tokens of a chat reply whose request sends no max_tokens (default: the
+                    rest of the context, as vLLM; llama.cpp's -n)
+  --no-thinking     K3: answer without thinking when a request does not ask for it (default: think,
+                    effort max, as K3's release chat template)
+  --vendor-params   K3: the hosted API's fixed sampling (temperature 1.0 thinking / 0.6 not, top_p
+                    0.95, no penalties, n 1); other values get a 400 as there. Without it, a
+                    request's values are used, and generation_config.json's where it sends none
 ${MODEL_HELP}`,
   async run(args) {
     // V8 grows the young generation (default: up to 16 MiB semi-spaces) when much survives a
@@ -37,7 +45,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'serve',
       args,
-      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, ...MODEL_OPTIONS },
+      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, 'max-tokens': { type: 'string', short: 'n' }, 'no-thinking': { type: 'boolean' }, 'vendor-params': { type: 'boolean' }, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -46,14 +54,16 @@ ${MODEL_HELP}`,
     const parallel = parseIntFlag('serve', 'parallel', values.parallel, 4, 1);
     const maxQueue = parseIntFlag('serve', 'queue', values.queue, 64, 0);
     const bodyLimit = parseIntFlag('serve', 'body-limit', values['body-limit'], 4 << 20, 1);
+    const defaultMaxTokens = values['max-tokens'] === undefined ? undefined : parseIntFlag('serve', 'max-tokens', values['max-tokens'], 1, 1);
     checkModelDir('serve', dir);
+    const defaults = samplingDefaults(dir);
     const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel };
     const kimi = await loadForCommand('serve', dir, opts);
     const ctx = opts.ctx!;
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;
     try {
-      srv = await startServer(kimi, { host: values.host, port, apiKey: values['api-key'] ?? process.env.K3_API_KEY, name, bodyLimit, maxQueue, maxContext: ctx });
+      srv = await startServer(kimi, { host: values.host, port, apiKey: values['api-key'] ?? process.env.K3_API_KEY, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
     } catch (e) {
       await kimi.close();
       throw e;

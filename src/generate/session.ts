@@ -35,7 +35,7 @@ export interface SessionOptions {
   ignoreEos?: boolean;
   /** Prefill chunk size (default 64). */
   chunk?: number;
-  /** K3: open the reply with `think` instead of `response`. */
+  /** K3: reason in the think channel first (default true, effort max, as K3's release template). */
   thinking?: boolean;
   /** Speculative decoding: most tokens drafted per step by n-gram lookup in the conversation (default 0 = off). */
   spec?: number;
@@ -121,8 +121,9 @@ export class ChatSession {
     return end === undefined ? [] : [end];
   }
 
-  /** One user turn: feed the new context, then generate the reply (streamed to onText). */
-  async turn(text: string, io: { onText?: (s: string) => void; abort?: AbortFlag } = {}): Promise<TurnResult> {
+  /** One user turn: feed the new context, then generate the reply (streamed to onText; onId
+   *  sees every generated id, the stop id included). */
+  async turn(text: string, io: { onText?: (s: string) => void; onId?: (id: number) => void; abort?: AbortFlag } = {}): Promise<TurnResult> {
     const abort = io.abort ?? { aborted: false };
     const target = [...this.history, ...(this.open ? this.closing() : []), ...this.userPiece(text)];
     // The context the memory was planned for (--ctx) ends the conversation, as in `k3 run`.
@@ -171,11 +172,13 @@ export class ChatSession {
     const emit = (id: number): boolean => {
       emitted++;
       this.history.push(id);
+      io.onId?.(id);
       const r = stopper.push(id);
       if (r.text) io.onText?.(r.text);
       if (r.stop) return true;
       if (this.history.length >= ctx) {
-        io.onText?.(stopper.finish('context'));
+        const rest = stopper.finish('context'); // finish even when nobody reads the text
+        if (rest) io.onText?.(rest);
         return true;
       }
       if (abort.aborted) {

@@ -4,7 +4,9 @@
 import type { IncomingMessage } from 'node:http';
 import { ApiError } from './errors.js';
 
-export async function readJson(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+/** The body as an object, and its text (K3 renders from the text, read with Python's number
+ *  and key-order semantics, as Moonshot's renderer reads it). */
+export async function readJson(req: IncomingMessage, limit: number): Promise<{ json: Record<string, unknown>; text: string }> {
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > limit) throw new ApiError(413, `request body is ${declared} bytes; the limit is ${limit}`, 'invalid_request_error', null, 'body_too_large');
   const parts: Buffer[] = [];
@@ -15,11 +17,12 @@ export async function readJson(req: IncomingMessage, limit: number): Promise<Rec
     parts.push(chunk as Buffer);
   }
   let v: unknown;
+  const text = Buffer.concat(parts).toString('utf8');
   try {
-    v = JSON.parse(Buffer.concat(parts).toString('utf8'));
+    v = JSON.parse(text);
   } catch (e) {
     throw new ApiError(400, `request body is not valid JSON (${(e as Error).message})`, 'invalid_request_error', null, 'invalid_json');
   }
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new ApiError(400, 'request body must be a JSON object', 'invalid_request_error', null, 'invalid_json');
-  return v as Record<string, unknown>;
+  return { json: v as Record<string, unknown>, text };
 }

@@ -4,22 +4,16 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import type { ChatMessage, GenerationResult, KimiModel, TokenEvent } from '../api/index.js';
-import { ReasoningSplitter } from '../api/reasoning.js';
-import { ToolSectionHold, parseK2ToolCalls } from '../api/tool-calls.js';
+import type { GenerationResult, KimiModel, TokenEvent } from '../api/index.js';
 import { ApiError, badField, sendJson } from './errors.js';
 import { bool, generationOptions } from './params.js';
-import { EventStream } from './sse.js';
+import { prepareTurn, usageOf, type TurnDelta } from './chat-turn.js';
+import { EventStream, clientGone } from './sse.js';
+import type { Served } from './served.js';
 
 type Body = Record<string, unknown>;
 
-export interface Served {
-  kimi: KimiModel;
-  name: string;
-  maxContext: number;
-}
-
-const ROLES = new Set(['system', 'user', 'assistant', 'tool']);
+export type { Served } from './served.js';
 
 function checkModel(s: Served, b: Body): void {
   if (b.model === undefined || b.model === null) return;
@@ -27,37 +21,12 @@ function checkModel(s: Served, b: Body): void {
   if (b.model !== s.name) throw new ApiError(404, `The model \`${b.model}\` does not exist (this server serves \`${s.name}\`)`, 'invalid_request_error', 'model', 'model_not_found');
 }
 
-function messagesOf(b: Body): ChatMessage[] {
-  const m = b.messages;
-  if (!Array.isArray(m) || m.length === 0) throw badField('messages', 'must be a non-empty array of messages');
-  return m.map((x, i) => {
-    if (x === null || typeof x !== 'object' || Array.isArray(x)) throw badField(`messages[${i}]`, 'must be an object');
-    const msg = x as Record<string, unknown>;
-    if (typeof msg.role !== 'string' || !ROLES.has(msg.role)) throw badField(`messages[${i}].role`, `must be one of system, user, assistant, tool, got ${JSON.stringify(msg.role)}`);
-    const c = msg.content;
-    const okParts = Array.isArray(c) && c.every((p) => p !== null && typeof p === 'object' && (p as Body).type === 'text' && typeof (p as Body).text === 'string');
-    if (!(typeof c === 'string' || c === null || (c === undefined && msg.role === 'assistant') || okParts)) throw badField(`messages[${i}].content`, 'must be a string or an array of text parts');
-    return msg as unknown as ChatMessage;
-  });
-}
-
-function finishReason(r: GenerationResult, toolCalls: boolean): string {
-  if (toolCalls) return 'tool_calls';
-  return r.stopReason === 'max_tokens' ? 'length' : 'stop';
+function finishReason(r: GenerationResult): string {
+  return r.stopReason === 'max_tokens' || r.stopReason === 'context' ? 'length' : 'stop';
 }
 
 function usage(r: GenerationResult) {
-  return { prompt_tokens: r.promptTokens, completion_tokens: r.ids.length, total_tokens: r.promptTokens + r.ids.length, prompt_tokens_details: { cached_tokens: r.cachedTokens } };
-}
-
-/** An AbortSignal that fires when the client goes away before the reply is complete. */
-function clientGone(req: IncomingMessage, res: ServerResponse): AbortSignal {
-  const ac = new AbortController();
-  res.on('close', () => {
-    if (!res.writableFinished) ac.abort();
-  });
-  req.on('aborted', () => ac.abort());
-  return ac.signal;
+  return usageOf(r, r.promptTokens);
 }
 
 function tokenLogprob(kimi: KimiModel, e: TokenEvent) {
@@ -68,81 +37,59 @@ function tokenLogprob(kimi: KimiModel, e: TokenEvent) {
   return { ...piece(e.id), logprob: e.logprob!, top_logprobs: (e.top ?? []).map((t) => ({ ...piece(t.id), logprob: t.logprob })) };
 }
 
-export async function chatCompletions(s: Served, req: IncomingMessage, res: ServerResponse, b: Body): Promise<GenerationResult | null> {
-  checkModel(s, b);
-  const messages = messagesOf(b);
-  const opts = generationOptions(b, s.maxContext, true, s.kimi.vocabSize);
-  const stream = bool(b, 'stream') ?? false;
-  const kwargs = (b.chat_template_kwargs ?? {}) as Body;
-  const thinking = bool(kwargs, 'thinking') ?? false;
-  const tools = b.tools;
-  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badField('tools', 'must be an array');
-  const hasTools = Array.isArray(tools) && tools.length > 0;
-  if (hasTools && s.kimi.format === 'k3') throw badField('tools', 'K3 tool calls are not supported yet: the K3 tool-call format is unpublished');
-  for (const m of messages) if (m.tool_calls?.length && s.kimi.format === 'k3') throw badField('messages', 'K3 tool calls are not supported yet: the K3 tool-call format is unpublished');
-  let ids: number[];
-  try {
-    ids = s.kimi.renderChat(messages, { thinking, tools: hasTools ? tools : undefined });
-  } catch (e) {
-    throw badField('messages', (e as Error).message);
+/** A token's deltas as one chunk delta: its reasoning and content text; tool calls apart. */
+function textDelta(ds: readonly TurnDelta[]): { delta: Body | null; calls: Body[] } {
+  let reasoning = '';
+  let content = '';
+  const calls: Body[] = [];
+  for (const d of ds) {
+    if ('reasoning_content' in d) reasoning += d.reasoning_content;
+    else if ('content' in d) content += d.content;
+    else calls.push({ tool_calls: [d.tool_call] });
   }
+  if (!reasoning && !content) return { delta: null, calls };
+  return { delta: { ...(reasoning ? { reasoning_content: reasoning } : {}), ...(content ? { content } : {}) }, calls };
+}
+
+export async function chatCompletions(s: Served, req: IncomingMessage, res: ServerResponse, b: Body, text?: string): Promise<GenerationResult | null> {
+  checkModel(s, b);
+  const turn = prepareTurn(s, b, text);
+  const stream = bool(b, 'stream') ?? false;
+  const wantLogprobs = turn.options.logprobs !== undefined;
   const id = `chatcmpl-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const base = { id, created, model: s.name, system_fingerprint: 'kimi-k3-ts' };
   const signal = clientGone(req, res);
-  const gen = s.kimi.generate(ids, { ...opts, ignoreEos: false, signal });
-  const logprobs: unknown[] = [];
   if (!stream) {
-    for await (const e of gen) if (opts.logprobs !== undefined) logprobs.push(tokenLogprob(s.kimi, e));
-    const r = await gen.result;
-    if (r.stopReason === 'aborted') return r;
-    const msg = s.kimi.format === 'k3' ? splitAll(r.text, thinking) : k2Message(r.text);
-    const calls = 'tool_calls' in msg && msg.tool_calls !== undefined;
-    sendJson(res, 200, { ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', ...msg }, logprobs: opts.logprobs !== undefined ? { content: logprobs } : null, finish_reason: finishReason(r, calls) }], usage: usage(r) });
-    return r;
+    const logprobs: unknown[] = [];
+    const o = await turn.run(signal, undefined, wantLogprobs ? (e) => logprobs.push(tokenLogprob(s.kimi, e)) : undefined);
+    if (o.result.stopReason === 'aborted' && o.stopSequence === null) return o.result;
+    sendJson(res, 200, { ...base, object: 'chat.completion', choices: [{ index: 0, message: o.message, logprobs: wantLogprobs ? { content: logprobs } : null, finish_reason: o.finishReason }], usage: o.usage });
+    return o.result;
   }
+  // usage comes at the end of every stream (Moonshot's API sends it without include_usage too)
   const includeUsage = bool((b.stream_options ?? {}) as Body, 'include_usage') ?? false;
   const out = new EventStream(res);
   const chunk = (delta: Body, finish: string | null = null, lp: unknown = null) => out.send({ ...base, object: 'chat.completion.chunk', choices: [{ index: 0, delta, logprobs: lp, finish_reason: finish }], ...(includeUsage ? { usage: null } : {}) });
   chunk({ role: 'assistant', content: '' });
-  const splitter = s.kimi.format === 'k3' ? new ReasoningSplitter(thinking) : null;
-  const hold = s.kimi.format === 'k3' ? null : new ToolSectionHold();
-  const send = (text: string, final: boolean, lp: unknown = null) => {
-    if (splitter) {
-      const p = splitter.push(text, final);
-      if (p.reasoning) chunk({ reasoning_content: p.reasoning }, null, lp);
-      if (p.content || (lp && !p.reasoning)) chunk({ content: p.content }, null, lp);
-    } else {
-      const c = hold!.push(text) + (final ? hold!.finish() : '');
-      if (c || lp) chunk({ content: c }, null, lp);
-    }
+  let pending: TurnDelta[] = [];
+  const flush = (lp: unknown = null) => {
+    const { delta, calls } = textDelta(pending);
+    pending = [];
+    if (delta || lp) chunk(delta ?? { content: '' }, null, lp);
+    for (const c of calls) chunk(c);
   };
-  for await (const e of gen) send(e.text, false, opts.logprobs !== undefined ? { content: [tokenLogprob(s.kimi, e)] } : null);
-  const r = await gen.result;
-  if (r.stopReason === 'aborted') return r;
-  send('', true);
-  let calls = false;
-  if (hold) {
-    const parsed = parseK2ToolCalls(hold.all);
-    if (parsed.calls.length > 0) {
-      calls = true;
-      chunk({ tool_calls: parsed.calls.map((c, index) => ({ index, ...c })) });
-    }
-  }
-  chunk({}, finishReason(r, calls));
-  if (includeUsage) out.send({ ...base, object: 'chat.completion.chunk', choices: [], usage: usage(r) });
+  const o = await turn.run(
+    signal,
+    (d) => pending.push(d),
+    (e) => flush(wantLogprobs ? { content: [tokenLogprob(s.kimi, e)] } : null),
+  );
+  if (o.result.stopReason === 'aborted' && o.stopSequence === null) return o.result;
+  flush();
+  chunk({}, o.finishReason);
+  out.send({ ...base, object: 'chat.completion.chunk', choices: [], usage: o.usage });
   out.done();
-  return r;
-}
-
-function splitAll(text: string, thinking: boolean): { content: string; reasoning_content?: string } {
-  const p = new ReasoningSplitter(thinking).push(text, true);
-  return { content: p.content, ...(thinking ? { reasoning_content: p.reasoning } : {}) };
-}
-
-function k2Message(text: string): { content: string | null; tool_calls?: unknown[] } {
-  const p = parseK2ToolCalls(text);
-  return p.calls.length > 0 ? { content: p.content || null, tool_calls: p.calls } : { content: p.content };
+  return o.result;
 }
 
 export async function completions(s: Served, req: IncomingMessage, res: ServerResponse, b: Body): Promise<GenerationResult | null> {
@@ -159,7 +106,7 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   const V = s.kimi.vocabSize;
   const bad = ids.find((x) => x < 0 || x >= V);
   if (bad !== undefined) throw badField('prompt', `token id ${bad} is out of range (vocabulary ${V})`);
-  const opts = generationOptions(b, s.maxContext, false, s.kimi.vocabSize);
+  const opts = generationOptions(b, s, false);
   const stream = bool(b, 'stream') ?? false;
   const id = `cmpl-${randomUUID()}`;
   const base = { id, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: s.name };
@@ -181,7 +128,7 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   }
   const r = await gen.result;
   if (r.stopReason === 'aborted') return r;
-  const choice = { index: 0, text: r.text, logprobs: opts.logprobs !== undefined ? lp : null, finish_reason: finishReason(r, false) };
+  const choice = { index: 0, text: r.text, logprobs: opts.logprobs !== undefined ? lp : null, finish_reason: finishReason(r) };
   if (out) {
     out.send({ ...base, choices: [{ ...choice, text: '' }], usage: usage(r) });
     out.done();

@@ -16,7 +16,7 @@ export class ApiError extends Error {
 }
 
 /** 400 naming the field. */
-export const badField = (param: string, message: string): ApiError => new ApiError(400, `${param}: ${message}`, 'invalid_request_error', param, 'invalid_value');
+export const badField = (param: string, message: string, code = 'invalid_value'): ApiError => new ApiError(400, `${param}: ${message}`, 'invalid_request_error', param, code);
 
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.headersSent) {

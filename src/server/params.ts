@@ -4,6 +4,8 @@
 
 import type { GenerateOptions } from '../api/index.js';
 import { badField } from './errors.js';
+import type { Served } from './served.js';
+import { checkVendorParams } from './vendor-params.js';
 
 type Body = Record<string, unknown>;
 
@@ -42,13 +44,17 @@ function logitBias(b: Body, vocabSize: number): Map<number, number> | undefined 
   return out;
 }
 
-/** The options every endpoint shares. `maxContext`: most tokens a request may generate. */
-export function generationOptions(b: Body, maxContext: number, chat: boolean, vocabSize: number): GenerateOptions & { maxTokens: number; logprobs?: number } {
+export type GenerationFields = GenerateOptions & { maxTokens: number; logprobs?: number };
+
+/** The options every endpoint shares. A max_tokens past the context is accepted: the reply
+ *  then ends at the context with finish_reason "length", as Moonshot's API does. */
+export function generationOptions(b: Body, served: Served, chat: boolean): GenerationFields {
+  const { maxContext } = served;
+  const vocabSize = served.kimi.vocabSize;
+  if (served.vendorParams && chat) checkVendorParams(b);
   const n = int(b, 'n', 1, 1);
   void n;
   const mt = int(b, 'max_completion_tokens', 1, Number.MAX_SAFE_INTEGER) ?? int(b, 'max_tokens', 1, Number.MAX_SAFE_INTEGER);
-  const field = b.max_completion_tokens !== undefined && b.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
-  if (mt !== undefined && mt > maxContext) throw badField(field, `${mt} is more than the ${maxContext} tokens of context this server holds`);
   let stop: string[] | undefined;
   const s = b.stop;
   if (typeof s === 'string') stop = [s];
@@ -62,10 +68,12 @@ export function generationOptions(b: Body, maxContext: number, chat: boolean, vo
     if (bool(b, 'logprobs')) logprobs = top ?? 0;
     else if (top !== undefined) throw badField('top_logprobs', 'needs logprobs: true');
   } else logprobs = int(b, 'logprobs', 0, 5);
+  const d = served.defaults ?? {};
   return {
-    maxTokens: mt ?? Math.min(maxContext, chat ? 512 : 16),
-    temperature: num(b, 'temperature', 0, 2) ?? 1, // OpenAI's default
-    topP: num(b, 'top_p', Number.MIN_VALUE, 1),
+    // a chat reply may take the rest of the context (a thinking model needs room), as vLLM
+    maxTokens: Math.min(mt ?? (chat ? (served.defaultMaxTokens ?? maxContext) : 16), maxContext),
+    temperature: num(b, 'temperature', 0, 2) ?? d.temperature ?? 1, // the model's recommended value, else OpenAI's default
+    topP: num(b, 'top_p', Number.MIN_VALUE, 1) ?? d.top_p,
     seed: int(b, 'seed', 0, Number.MAX_SAFE_INTEGER),
     presencePenalty: num(b, 'presence_penalty', -2, 2),
     frequencyPenalty: num(b, 'frequency_penalty', -2, 2),

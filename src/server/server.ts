@@ -1,18 +1,21 @@
 // `k3 serve`: an OpenAI-compatible HTTP server on node:http over one loaded model (src/api).
-// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-// GET /metrics, GET / (the chat page). Every generation goes through the model's one engine
-// loop, so forward passes never overlap and concurrent requests are decoded together. Each
-// failure is answered in OpenAI's error shape and the server stays up.
+// Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic's, with
+// its count_tokens), GET /v1/models, GET /health, GET /metrics, GET / (the chat page). Every
+// generation goes through the model's one engine loop, so forward passes never overlap and
+// concurrent requests are decoded together. Each failure is answered in OpenAI's error shape
+// (Anthropic's on its routes) and the server stays up.
 
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { KimiModel } from '../api/index.js';
 import { ReadError, UserError } from '../util/errors.js';
+import { isMessagesPath, messagesRoute, sendAnthropicError } from './anthropic.js';
 import { readJson } from './body.js';
-import { chatCompletions, completions, type Served } from './completions.js';
+import { chatCompletions, completions } from './completions.js';
 import { ApiError, sendError, sendJson } from './errors.js';
 import { Counters, metricsText } from './metrics.js';
 import { CHAT_PAGE } from './page.js';
+import type { SamplingDefaults, Served } from './served.js';
 
 export interface ServeOptions {
   host?: string;
@@ -27,6 +30,14 @@ export interface ServeOptions {
   maxQueue?: number;
   /** Most tokens one request may generate. */
   maxContext: number;
+  /** Sampling values for requests that send none (generation_config.json). */
+  defaults?: SamplingDefaults;
+  /** The hosted K3 API's fixed sampling parameters (`--vendor-params`). */
+  vendorParams?: boolean;
+  /** K3: think when a request does not say (default true; `--no-thinking`). */
+  thinking?: boolean;
+  /** Most tokens of a chat reply whose request sends no max_tokens (`--max-tokens`; default: the context). */
+  defaultMaxTokens?: number;
 }
 
 export interface RunningServer {
@@ -36,7 +47,7 @@ export interface RunningServer {
 }
 
 export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<RunningServer> {
-  const served: Served = { kimi, name: o.name, maxContext: o.maxContext };
+  const served: Served = { kimi, name: o.name, maxContext: o.maxContext, defaults: o.defaults, vendorParams: o.vendorParams, thinking: o.thinking, defaultMaxTokens: o.defaultMaxTokens };
   const counters = new Counters();
   const bodyLimit = o.bodyLimit ?? 4 << 20;
   const maxQueue = o.maxQueue ?? 64;
@@ -54,14 +65,15 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
       return void res.end(metricsText(kimi, counters));
     }
+    if (isMessagesPath(req.url)) return messagesRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
     if (url.pathname.startsWith('/v1/') && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
       throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
     }
     if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts' }] });
     if (route === 'POST /v1/chat/completions' || route === 'POST /v1/completions') {
-      const body = await readJson(req, bodyLimit);
+      const { json: body, text } = await readJson(req, bodyLimit);
       if (kimi.engine.stats.queued >= maxQueue) throw new ApiError(429, `the server is busy: ${maxQueue} requests are waiting; retry later`, 'rate_limit_exceeded', null, 'queue_full');
-      await (route === 'POST /v1/chat/completions' ? chatCompletions : completions)(served, req, res, body);
+      await (route === 'POST /v1/chat/completions' ? chatCompletions(served, req, res, body, text) : completions(served, req, res, body));
       return;
     }
     throw new ApiError(404, `no route ${req.method} ${url.pathname}`, 'invalid_request_error', null, 'not_found');
@@ -71,7 +83,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
     res.on('finish', () => counters.count(res.statusCode));
     handle(req, res).catch((e: unknown) => {
       const err = toApiError(e);
-      const answer = () => (res.headersSent ? res.end() : sendError(res, err));
+      const answer = () => (res.headersSent ? res.end() : (isMessagesPath(req.url) ? sendAnthropicError : sendError)(res, err));
       // 413 before the upload was read: read the rest into nothing first, so that the client,
       // still sending, sees the answer instead of a reset connection
       if (err.status === 413 && !req.readableEnded && !req.destroyed) {
