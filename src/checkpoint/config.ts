@@ -2,8 +2,9 @@
 // §4.1; K3.md §2). Every field the forward pass uses is read here and nowhere else. A missing or
 // contradictory field is an error naming it; unknown extra fields are ignored.
 //
-// Checkpoint quirks live here too: K3 nests the decoder in `text_config` and prefixes tensors with
-// `language_model.`; Kimi Linear / K3 rename DeepSeek's MoE fields; layer lists are 1-based.
+// Checkpoint quirks live here too: K3 and K2.5 nest the decoder in `text_config` and prefix tensors
+// with `language_model.` (K2.5's decoder is K2's, so it parses as arch k2); Kimi Linear / K3 rename
+// DeepSeek's MoE fields; layer lists are 1-based.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -75,10 +76,17 @@ export interface MoeConfig {
   naming: 'k2' | 'kimi';
 }
 
+/** Routed-expert format a config's compressed-tensors `quantization_config` declares. */
+export type DeclaredExperts = 'int4' | 'mxfp4';
+
 export interface ModelConfig {
   arch: Arch;
-  /** 'language_model.' for K3, '' otherwise. */
+  /** 'language_model.' for K3 and K2.5, '' otherwise. */
   prefix: string;
+  /** Set for Kimi K2.5 (`model_type: kimi_k25`): K2's decoder in a multimodal wrapper. */
+  variant?: 'k25';
+  /** The experts' format quantization_config declares (the config-only index uses it); absent when none. */
+  declaredExperts?: DeclaredExperts;
   vocabSize: number;
   hiddenSize: number;
   numLayers: number;
@@ -236,27 +244,31 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   let text: Json = top;
   let prefix = '';
   let textPath = '';
-  if (modelType === 'kimi_k3') {
+  if (modelType === 'kimi_k3' || modelType === 'kimi_k25') {
     const tc = top.text_config;
-    if (typeof tc !== 'object' || tc === null) throw new UserError(`${file}: missing required field text_config (model_type kimi_k3)`);
+    if (typeof tc !== 'object' || tc === null || Array.isArray(tc)) throw new UserError(`${file}: missing required field text_config (model_type ${modelType})`);
     text = tc as Json;
-    arch = 'k3';
+    arch = modelType === 'kimi_k3' ? 'k3' : 'k2';
     prefix = 'language_model.';
     textPath = 'text_config.';
+    const inner = text.model_type;
+    if (arch === 'k2' && inner !== undefined && inner !== 'kimi_k2' && inner !== 'deepseek_v3') {
+      throw new UserError(`${file}: text_config.model_type ${JSON.stringify(inner)} is not kimi_k2 or deepseek_v3 (model_type kimi_k25)`);
+    }
   } else if (modelType === 'kimi_linear') {
     arch = 'kimi_linear';
   } else if (modelType === 'deepseek_v3' || modelType === 'kimi_k2') {
     arch = 'k2';
   } else {
-    throw new UserError(`${file}: model_type ${JSON.stringify(modelType)} is not one of kimi_k3, kimi_linear, kimi_k2, deepseek_v3`);
+    throw new UserError(`${file}: model_type ${JSON.stringify(modelType)} is not one of kimi_k3, kimi_k25, kimi_linear, kimi_k2, deepseek_v3`);
   }
   const lac = (text.linear_attn_config ?? null) as Json | null;
   const textObj = { obj: text, path: textPath };
   const lacObj = lac && typeof lac === 'object' ? [{ obj: lac, path: `${textPath}linear_attn_config.` }] : [];
-  // Decoder fields come from text_config first (K3), then the top level; KDA fields from
+  // Decoder fields come from text_config first (K3, K2.5), then the top level; KDA fields from
   // linear_attn_config first, because the decoder's own `head_dim` (74 for K3, 72 for Kimi
   // Linear) is an unused derived value.
-  const r = new Reader(file, [textObj, ...lacObj, ...(arch === 'k3' ? [{ obj: top, path: '' }] : [])]);
+  const r = new Reader(file, [textObj, ...lacObj, ...(text !== top ? [{ obj: top, path: '' }] : [])]);
   const rk = new Reader(file, [...lacObj, textObj]);
 
   const numLayers = r.range('num_hidden_layers', r.pos('num_hidden_layers'), 1, LIMITS.layers);
@@ -410,9 +422,12 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   const maxPositions = r.range('max_position_embeddings', r.optInt(0, 'max_position_embeddings', 'model_max_length'), 0, LIMITS.positions) || 1 << 20;
   for (const id of [...eos, ...(bos !== null ? [bos] : [])]) if (id < 0 || id >= LIMITS.vocab) r.fail(`token id ${id} (bos / eos) is not a vocabulary id`);
 
+  const declaredExperts = readDeclaredExperts(r);
   return {
     arch,
     prefix,
+    ...(modelType === 'kimi_k25' ? { variant: 'k25' as const } : {}),
+    ...(declaredExperts ? { declaredExperts } : {}),
     vocabSize,
     hiddenSize,
     numLayers,
@@ -430,4 +445,21 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
     eosTokenIds: eos,
     maxPositions,
   };
+}
+
+/**
+ * The experts' format a compressed-tensors `quantization_config` declares (text_config first, then
+ * the top level): K2-Thinking / K2.5 `pack-quantized` INT4, K3 `mxfp4-pack-quantized`. Only the
+ * config-only index reads it; real tensors say their own format (linear.ts).
+ */
+function readDeclaredExperts(r: Reader): DeclaredExperts | null {
+  const q = r.obj('quantization_config');
+  if (!q || q.quant_method !== 'compressed-tensors') return null;
+  if (q.format === 'mxfp4-pack-quantized') return 'mxfp4';
+  if (q.format !== 'pack-quantized') return null;
+  const groups = q.config_groups && typeof q.config_groups === 'object' ? Object.values(q.config_groups as Json) : [];
+  const w = (groups[0] as Json | undefined)?.weights as Json | undefined;
+  if (!w || w.num_bits !== 4 || w.type !== 'int') return null;
+  if (w.group_size !== 32) r.fail(`quantization_config group_size ${JSON.stringify(w.group_size)} is not supported (INT4 experts are read in groups of 32)`);
+  return 'int4';
 }

@@ -3,7 +3,7 @@
 // spirit of llama.cpp's llama-arch.cpp); the model, the store, the packer, the config-only index
 // and the synthetic-checkpoint writer all read it. Names follow the official Hugging Face
 // layouts (K3.md §1, ARCHITECTURE.md §2-§4):
-// - K3 puts the decoder under `language_model.` (next to `vision_tower.` and `mm_projector.`);
+// - K3 and K2.5 put the decoder under `language_model.` (next to `vision_tower.` and `mm_projector.`);
 // - K2 / DeepSeek-V3 call the MoE block `mlp.` and its experts gate/up/down_proj, Kimi Linear and
 //   K3 call it `block_sparse_moe.` and their experts w1/w3/w2 (gate, up, down).
 // A "base" is a linear layer's name without its format suffix (`.weight`, `.weight_packed`, ...;
@@ -69,7 +69,7 @@ export interface AttnResNames {
 }
 
 export class Names {
-  /** `prefix`: 'language_model.' for K3, '' otherwise. */
+  /** `prefix`: 'language_model.' for K3 and K2.5, '' otherwise. */
   constructor(
     readonly prefix: string,
     readonly moeNaming: MoeNaming,
@@ -208,9 +208,9 @@ const K3_PREFIX = 'language_model.';
 const VISION_TOWER = 'vision_tower';
 const MM_PROJECTOR = 'mm_projector';
 
-/** The name scheme of an architecture, before any config is read (the checkpoint writer uses this). */
-export function namesForArch(arch: ModelConfig['arch']): Names {
-  return new Names(arch === 'k3' ? K3_PREFIX : '', arch === 'k2' ? 'k2' : 'kimi');
+/** The name scheme of an architecture, before any config is read (the checkpoint writer uses this); 'k25' is K2's under K3's prefix. */
+export function namesForArch(arch: ModelConfig['arch'] | 'k25'): Names {
+  return new Names(arch === 'k3' || arch === 'k25' ? K3_PREFIX : '', arch === 'k2' || arch === 'k25' ? 'k2' : 'kimi');
 }
 
 /** The name scheme of a loaded config (config.ts sets prefix and MoE naming from config.json). */
@@ -225,6 +225,16 @@ export const K3_VISION_NAMES = {
   proj0: `${MM_PROJECTOR}.proj.0.weight`,
   proj2: `${MM_PROJECTOR}.proj.2.weight`,
   postNorm: `${MM_PROJECTOR}.post_norm.weight`,
+} as const;
+
+/** A few of K2.5's MoonViT tower and patch-merger projector tensors (the synthetic writer's stubs; a text engine skips them). */
+export const K25_VISION_NAMES = {
+  patchEmbed: `${VISION_TOWER}.patch_embed.proj.weight`,
+  towerNorm: `${VISION_TOWER}.encoder.final_layernorm.weight`,
+  preNorm: `${MM_PROJECTOR}.pre_norm.weight`,
+  preNormBias: `${MM_PROJECTOR}.pre_norm.bias`,
+  proj0: `${MM_PROJECTOR}.proj.0.weight`,
+  proj2: `${MM_PROJECTOR}.proj.2.weight`,
 } as const;
 
 /** One trunk matrix: a 2-D weight the forward pass multiplies by, in the order it does so. */

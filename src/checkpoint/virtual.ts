@@ -1,7 +1,8 @@
 // A tensor index made from config.json alone, with the official dtypes (BF16 trunk, F32 small
-// vectors, MXFP4 routed experts for K3, BF16 otherwise), so `k3 plan` can size a model whose
+// vectors, MXFP4 routed experts for K3, INT4 pack-quantized ones where quantization_config
+// declares them (K2-Thinking, K2.5), BF16 otherwise), so `k3 plan` can size a model whose
 // 1.56 TB of shards are not on this machine. Offsets are laid out back to back in one virtual
-// file, experts contiguous per expert as K3 ships them.
+// file, experts contiguous per expert as the checkpoints ship them.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -11,7 +12,14 @@ import { namesOf, trunkOrder, type AttnResNames } from './names.js';
 import { indexCheckpointDir } from './dir.js';
 import { type TensorEntry } from './safetensors.js';
 
-export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16' = cfg.arch === 'k3' ? 'mxfp4' : 'bf16', withExperts = true): Map<string, TensorEntry> {
+export type VirtualExperts = 'mxfp4' | 'int4' | 'bf16';
+
+/** The experts' format the config-only index assumes: what quantization_config declares, K3's MXFP4 when it says nothing. */
+export function assumedExperts(cfg: ModelConfig): VirtualExperts {
+  return cfg.declaredExperts ?? (cfg.arch === 'k3' ? 'mxfp4' : 'bf16');
+}
+
+export function virtualEntries(cfg: ModelConfig, expertsFormat: VirtualExperts = assumedExperts(cfg), withExperts = true): Map<string, TensorEntry> {
   const map = new Map<string, TensorEntry>();
   let off = 0;
   const add = (name: string, dtype: DType, shape: number[]) => {
@@ -55,11 +63,16 @@ export function virtualEntries(cfg: ModelConfig, expertsFormat: 'mxfp4' | 'bf16'
       if (cfg.moe.latentDim && cfg.moe.latentNorm) add(mo.latentNorm, 'BF16', [cfg.moe.latentDim]);
       for (let e = 0; e < (withExperts ? cfg.moe.experts : 0); e++) {
         const [g, u, d] = n.expert(l, e);
-        // K3's order on disk: w1, w2, w3 (gate, down, up), each packed bytes then scales.
-        for (const [base, rows, cols] of [[g, I, width], [d, width, I], [u, I, width]] as [string, number, number][]) {
+        // On disk K3 has w1, w2, w3 (gate, down, up), K2 gate, up, down; each packed bytes then scales.
+        const order: [string, number, number][] = cfg.moe.naming === 'k2' ? [[g, I, width], [u, I, width], [d, width, I]] : [[g, I, width], [d, width, I], [u, I, width]];
+        for (const [base, rows, cols] of order) {
           if (expertsFormat === 'mxfp4') {
             add(`${base}.weight_packed`, 'U8', [rows, cols / 2]);
             add(`${base}.weight_scale`, 'U8', [rows, cols / 32]);
+          } else if (expertsFormat === 'int4') {
+            add(`${base}.weight_packed`, 'I32', [rows, Math.ceil(cols / 8)]);
+            add(`${base}.weight_scale`, 'BF16', [rows, Math.ceil(cols / 32)]);
+            add(`${base}.weight_shape`, 'I32', [2]);
           } else add(`${base}.weight`, 'BF16', [rows, cols]);
         }
       }

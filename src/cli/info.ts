@@ -32,6 +32,7 @@ and the state a sequence needs (per sequence and per position).`,
     const map = layerMap(cfg);
     const info = {
       architecture: cfg.arch,
+      ...(cfg.variant ? { variant: cfg.variant } : {}),
       vocab_size: cfg.vocabSize,
       hidden_size: cfg.hiddenSize,
       num_layers: cfg.numLayers,
@@ -55,7 +56,7 @@ and the state a sequence needs (per sequence and per position).`,
       return 0;
     }
     const lines = [
-      `architecture  ${cfg.arch}  (vocab ${cfg.vocabSize}, hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers)`,
+      `architecture  ${cfg.arch}${cfg.variant === 'k25' ? ' (Kimi K2.5 text model; vision tower not run)' : ''}  (vocab ${cfg.vocabSize}, hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers)`,
       `layers        ${map.map((m, l) => `${l}:${m}`).join(' ')}`,
       `experts       ${cfg.moe.experts} routed, ${cfg.moe.topK} per token, ${cfg.moe.shared} shared, width ${cfg.moe.intermediate}${cfg.moe.latentDim ? `, latent ${cfg.moe.latentDim}` : ''}`,
       `parameters    ${c.params.toLocaleString('en-US')} in ${c.tensors} tensors, ${formatBytes(c.bytes)} (${formatBytes(c.expertBytes)} routed experts)${c.skippedTensors ? `; ${c.skippedTensors} vision tensors skipped` : ''}`,

@@ -7,7 +7,7 @@ import { speedNotes } from './common.js';
 import { parse, parseIntFlag } from './args.js';
 import { buildLayout } from '../store/layout.js';
 import { makePlan, maxBudget, resolveBudget } from '../store/plan.js';
-import { configAndIndex } from '../checkpoint/virtual.js';
+import { assumedExperts, configAndIndex } from '../checkpoint/virtual.js';
 import { stateSize } from '../model/state.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
@@ -17,7 +17,8 @@ export const command: Command = {
   help: `usage: k3 plan MODEL [--memory SIZE | --preset NAME] [-c N] [--chunk N] [--parallel N] [-t N] [--no-estimate] [--json]
 
 MODEL is a checkpoint directory, or a directory / path holding only config.json (the official
-dtypes are assumed: BF16 trunk, MXFP4 routed experts for K3). Prints the plan for the budget:
+dtypes are assumed: BF16 trunk, MXFP4 routed experts for K3, INT4 where quantization_config
+declares pack-quantized experts, as K2-Thinking and K2.5). Prints the plan for the budget:
 always-resident pieces, pinned trunk, streaming ring, expert cache slots, KDA state, MLA cache
 for N positions, scratch, and the floor (the smallest budget that works: like the budget, a
 ceiling on peak RSS). --json gives at least floor_bytes and budget_bytes. --parallel N plans for
@@ -58,7 +59,7 @@ overlap of reading and computing; a real run (k3 run reports s/token) is the mea
     } else {
       const row = (k: string, v: number, note = '') => `  ${k.padEnd(28)} ${formatBytes(v).padStart(12)}  ${note}`;
       console.log([
-        `plan for ${cfg.arch} (${cfg.numLayers} layers)${hasWeights ? '' : ' from config.json only (BF16 trunk, MXFP4 experts assumed)'}`,
+        `plan for ${cfg.arch} (${cfg.numLayers} layers)${hasWeights ? '' : ` from config.json only (BF16 trunk, ${assumedExperts(cfg).toUpperCase()} experts assumed)`}`,
         row('budget', p.budgetBytes),
         row('floor', p.floorBytes, 'the smallest budget that works'),
         row('node + code baseline', p.baselineBytes),

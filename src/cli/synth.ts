@@ -7,7 +7,7 @@ import { stopOnSignals } from './signals.js';
 import { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
 import { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
 
-const HELP = `usage: k3 synth --arch k3|kimi_linear|k2 --out DIR [options]
+const HELP = `usage: k3 synth --arch k3|kimi_linear|k2|k25 --out DIR [options]
 
 Write a random checkpoint in the exact official layout of the architecture: config.json,
 safetensors shards (+ model.safetensors.index.json when sharded) and synth.json (the options).
@@ -15,13 +15,14 @@ Weights are deterministic from --seed and scaled for a numerically sane forward 
 directory appears only when complete; rerunning with the same options does nothing.
 
 options:
-  --arch A              k3 (Kimi K3), kimi_linear (Kimi Linear), k2 (Kimi K2 / DeepSeek-V3)
+  --arch A              k3 (Kimi K3), kimi_linear (Kimi Linear), k2 (Kimi K2 / DeepSeek-V3),
+                        k25 (Kimi K2.5: K2's decoder under language_model., vision stubs)
   --out DIR             output directory
   --preset P            tiny (default: the dims of shared/golden/<arch>), demo (K3, ~10 MiB),
                         k3-medium (K3, ~1.4 GiB), k3-real-layers (K3 with the real layer and
                         expert sizes, 4 layers x 32 experts by default, ~11 GiB)
   --experts-format F    mxfp4 (K3 default), bf16 (any arch; default for kimi_linear and k2),
-                        int4 (K2-Thinking compressed-tensors), fp8 (K2: DeepSeek-V3 block FP8 of
+                        int4 (K2-Thinking compressed-tensors; K2.5 default), fp8 (K2: DeepSeek-V3 block FP8 of
                         every decoder linear but the router)
   --shards N            number of safetensors files (1: model.safetensors, no index)
   --seed N              weight seed (default 1)
@@ -34,7 +35,7 @@ options:
   --json                print the result as JSON`;
 
 export const command: Command = {
-  summary: 'write a random checkpoint in the official K3 / Kimi Linear / K2 layout',
+  summary: 'write a random checkpoint in the official K3 / Kimi Linear / K2 / K2.5 layout',
   help: HELP,
   async run(args: string[]): Promise<number> {
     const { values, positionals } = parse('synth', args, {
@@ -53,7 +54,7 @@ export const command: Command = {
       json: { type: 'boolean' },
     });
     if (positionals.length > 0) throw new UserError(`synth: unexpected argument ${JSON.stringify(positionals[0])} (k3 synth --help)`);
-    if (!values.arch) throw new UserError('synth: --arch is required (k3, kimi_linear or k2)');
+    if (!values.arch) throw new UserError('synth: --arch is required (k3, kimi_linear, k2 or k25)');
     if (!values.out) throw new UserError('synth: --out DIR is required');
     const arch = values.arch as SynthArch;
     if (!ARCHS.includes(arch)) throw new UserError(`synth: --arch must be one of ${ARCHS.join(', ')}, got ${JSON.stringify(values.arch)}`);

@@ -2,7 +2,8 @@
 // K3 as shared/golden/k3/config.json (K3.md §2: top level + `text_config` with the transformers
 // bookkeeping defaults + `linear_attn_config` + `quantization_config` + a vision_config stub),
 // Kimi Linear as shared/golden/kimi-linear, K2 as shared/golden/k2-yarn (+ the INT4
-// compressed-tensors block of k2-thinking-int4, or DeepSeek-V3's FP8 block).
+// compressed-tensors block of k2-thinking-int4, or DeepSeek-V3's FP8 block), K2.5 as
+// shared/realdata/k25/config.json with the K2 config (same values) as its `text_config`.
 
 import type { ResolvedSynth, SynthDims } from './dims.js';
 
@@ -128,58 +129,63 @@ function kimiDecoderFields(d: SynthDims): Json {
   };
 }
 
+/** The transformers PretrainedConfig bookkeeping a nested `text_config` carries (K3, K2.5: saved by transformers 4.56). */
+const TRANSFORMERS_TEXT_DEFAULTS: Json = {
+  _name_or_path: '',
+  add_cross_attention: false,
+  bad_words_ids: null,
+  begin_suppress_tokens: null,
+  chunk_size_feed_forward: 0,
+  cross_attention_hidden_size: null,
+  decoder_start_token_id: null,
+  diversity_penalty: 0.0,
+  do_sample: false,
+  early_stopping: false,
+  encoder_no_repeat_ngram_size: 0,
+  exponential_decay_length_penalty: null,
+  finetuning_task: null,
+  forced_bos_token_id: null,
+  forced_eos_token_id: null,
+  id2label: { '0': 'LABEL_0', '1': 'LABEL_1' },
+  is_decoder: false,
+  is_encoder_decoder: false,
+  label2id: { LABEL_0: 0, LABEL_1: 1 },
+  length_penalty: 1.0,
+  max_length: 20,
+  min_length: 0,
+  no_repeat_ngram_size: 0,
+  num_beam_groups: 1,
+  num_beams: 1,
+  num_return_sequences: 1,
+  output_attentions: false,
+  output_hidden_states: false,
+  output_scores: false,
+  prefix: null,
+  problem_type: null,
+  pruned_heads: {},
+  remove_invalid_values: false,
+  repetition_penalty: 1.0,
+  return_dict: true,
+  return_dict_in_generate: false,
+  sep_token_id: null,
+  suppress_tokens: null,
+  task_specific_params: null,
+  temperature: 1.0,
+  tf_legacy_loss: false,
+  tie_encoder_decoder: false,
+  tokenizer_class: null,
+  top_k: 50,
+  top_p: 1.0,
+  torchscript: false,
+  typical_p: 1.0,
+  use_bfloat16: false,
+};
+
 function k3Config(r: ResolvedSynth): Json {
   const d = r.dims;
   const ids = k3TokenIds(d.vocab, r.preset);
   const text: Json = {
-    _name_or_path: '',
-    add_cross_attention: false,
-    bad_words_ids: null,
-    begin_suppress_tokens: null,
-    chunk_size_feed_forward: 0,
-    cross_attention_hidden_size: null,
-    decoder_start_token_id: null,
-    diversity_penalty: 0.0,
-    do_sample: false,
-    early_stopping: false,
-    encoder_no_repeat_ngram_size: 0,
-    exponential_decay_length_penalty: null,
-    finetuning_task: null,
-    forced_bos_token_id: null,
-    forced_eos_token_id: null,
-    id2label: { '0': 'LABEL_0', '1': 'LABEL_1' },
-    is_decoder: false,
-    is_encoder_decoder: false,
-    label2id: { LABEL_0: 0, LABEL_1: 1 },
-    length_penalty: 1.0,
-    max_length: 20,
-    min_length: 0,
-    no_repeat_ngram_size: 0,
-    num_beam_groups: 1,
-    num_beams: 1,
-    num_return_sequences: 1,
-    output_attentions: false,
-    output_hidden_states: false,
-    output_scores: false,
-    prefix: null,
-    problem_type: null,
-    pruned_heads: {},
-    remove_invalid_values: false,
-    repetition_penalty: 1.0,
-    return_dict: true,
-    return_dict_in_generate: false,
-    sep_token_id: null,
-    suppress_tokens: null,
-    task_specific_params: null,
-    temperature: 1.0,
-    tf_legacy_loss: false,
-    tie_encoder_decoder: false,
-    tokenizer_class: null,
-    top_k: 50,
-    top_p: 1.0,
-    torchscript: false,
-    typical_p: 1.0,
-    use_bfloat16: false,
+    ...TRANSFORMERS_TEXT_DEFAULTS,
     activation_situ_beta: 4.0,
     activation_situ_linear_beta: 25.0,
     architectures: ['KimiLinearForCausalLM'],
@@ -359,6 +365,60 @@ function k2Config(r: ResolvedSynth): Json {
   return c;
 }
 
+function k25Config(r: ResolvedSynth): Json {
+  const d = r.dims;
+  const { torch_dtype: _dtype, transformers_version: _version, ...k2 } = k2Config(r);
+  const text: Json = { ...TRANSFORMERS_TEXT_DEFAULTS, ...k2, dtype: 'bfloat16', pad_token_id: d.vocab - 1, transformers_version: '4.56.2' };
+  return {
+    architectures: ['KimiK25ForConditionalGeneration'],
+    auto_map: {
+      AutoConfig: 'configuration_kimi_k25.KimiK25Config',
+      AutoModel: 'modeling_kimi_k25.KimiK25ForConditionalGeneration',
+      AutoModelForCausalLM: 'modeling_kimi_k25.KimiK25ForConditionalGeneration',
+    },
+    bos_token_id: text.bos_token_id,
+    dtype: 'bfloat16',
+    eos_token_id: text.eos_token_id,
+    ignore_index: -100,
+    media_placeholder_token_id: k3TokenIds(d.vocab).media,
+    model_type: 'kimi_k25',
+    pad_token_id: d.vocab - 1,
+    text_config: text,
+    tie_word_embeddings: false,
+    use_unified_vision_chunk: true,
+    video_placeholder: '<|kimi_k25_video_placeholder|>',
+    vision_config: {
+      _attn_implementation: 'flash_attention_2',
+      init_pos_emb_height: 4,
+      init_pos_emb_time: 4,
+      init_pos_emb_width: 4,
+      merge_kernel_size: [2, 2],
+      merge_type: 'sd2_tpool',
+      mm_hidden_size: K3_VISION.mmHidden,
+      mm_projector_type: 'patchmerger',
+      patch_size: K3_VISION.patch,
+      pos_emb_type: 'divided_fixed',
+      projector_hidden_act: 'gelu',
+      projector_ln_eps: 1e-5,
+      text_hidden_size: d.hidden,
+      video_attn_type: 'spatial_temporal',
+      vt_hidden_size: K3_VISION.vtHidden,
+      vt_intermediate_size: 4 * K3_VISION.vtHidden,
+      vt_num_attention_heads: 2,
+      vt_num_hidden_layers: 1,
+    },
+  };
+}
+
 export function buildConfig(r: ResolvedSynth): Json {
-  return r.arch === 'k3' ? k3Config(r) : r.arch === 'kimi_linear' ? kimiLinearConfig(r) : k2Config(r);
+  switch (r.arch) {
+    case 'k3':
+      return k3Config(r);
+    case 'kimi_linear':
+      return kimiLinearConfig(r);
+    case 'k2':
+      return k2Config(r);
+    case 'k25':
+      return k25Config(r);
+  }
 }

@@ -3,12 +3,13 @@
 
 import { UserError } from '../util/errors.js';
 
-export type SynthArch = 'k3' | 'kimi_linear' | 'k2';
+/** `k25`: Kimi K2.5, K2's decoder (INT4 experts by default) under `language_model.` with vision stubs. */
+export type SynthArch = 'k3' | 'kimi_linear' | 'k2' | 'k25';
 /**
  * How routed experts are stored:
  * - `mxfp4` (K3 only, K3's default): `experts.{e}.w{1,2,3}.weight_packed` U8 + `.weight_scale` U8 (E8M0).
  * - `bf16` (every arch, default for Kimi Linear and K2): plain `.weight` BF16.
- * - `int4` (K2 only): compressed-tensors pack-quantized, as K2-Thinking (`weight_packed` I32,
+ * - `int4` (K2 and K2.5; K2.5's default): compressed-tensors pack-quantized, as K2-Thinking (`weight_packed` I32,
  *   `weight_scale` BF16, `weight_shape` I32).
  * - `fp8` (K2 only): DeepSeek-V3 FP8 block quantization of EVERY decoder-layer linear weight except
  *   the router (F8_E4M3 + F32 `weight_scale_inv`), not only the experts.
@@ -23,7 +24,12 @@ export type ExpertsFormat = 'mxfp4' | 'bf16' | 'int4' | 'fp8';
  */
 export type SynthPreset = 'tiny' | 'demo' | 'k3-medium' | 'k3-real-layers';
 
-export const ARCHS: readonly SynthArch[] = ['k3', 'kimi_linear', 'k2'];
+export const ARCHS: readonly SynthArch[] = ['k3', 'kimi_linear', 'k2', 'k25'];
+
+/** K2 and K2.5 share the decoder (DeepSeek-V3 layout, every layer MLA). */
+export function isK2Like(arch: SynthArch): boolean {
+  return arch === 'k2' || arch === 'k25';
+}
 export const EXPERTS_FORMATS: readonly ExpertsFormat[] = ['mxfp4', 'bf16', 'int4', 'fp8'];
 export const PRESETS: readonly SynthPreset[] = ['tiny', 'demo', 'k3-medium', 'k3-real-layers'];
 
@@ -152,7 +158,7 @@ const K2_TINY: SynthDims = {
 
 export function presetDims(arch: SynthArch, preset: SynthPreset): SynthDims {
   if (arch !== 'k3' && preset !== 'tiny') throw new UserError(`synth: preset ${preset} is a K3 preset (--arch k3); ${arch} has only tiny`);
-  const d = arch === 'kimi_linear' ? KIMI_LINEAR_TINY : arch === 'k2' ? K2_TINY
+  const d = arch === 'kimi_linear' ? KIMI_LINEAR_TINY : isK2Like(arch) ? K2_TINY
     : preset === 'tiny' ? K3_TINY : preset === 'demo' ? K3_DEMO : preset === 'k3-medium' ? K3_MEDIUM : K3_REAL_LAYERS;
   return { ...d, mlaLayers: [...d.mlaLayers] };
 }
@@ -163,6 +169,7 @@ const NOT_FOR: Record<SynthArch, readonly (keyof SynthDims)[]> = {
   k3: [],
   kimi_linear: ['latent', 'attnResBlock'],
   k2: ['latent', 'attnResBlock', 'mlaLayers', 'kdaHeads', 'kdaHeadDim', 'convSize'],
+  k25: ['latent', 'attnResBlock', 'mlaLayers', 'kdaHeads', 'kdaHeadDim', 'convSize'],
 };
 
 function bad(msg: string): never {
@@ -175,10 +182,12 @@ export function resolveSynth(opts: Omit<SynthOptions, 'out'>): ResolvedSynth {
   if (!ARCHS.includes(arch)) bad(`--arch must be one of ${ARCHS.join(', ')}, got ${JSON.stringify(arch)}`);
   const preset = opts.preset ?? 'tiny';
   if (!PRESETS.includes(preset)) bad(`--preset must be one of ${PRESETS.join(', ')}, got ${JSON.stringify(preset)}`);
-  const fmt = opts.expertsFormat ?? (arch === 'k3' ? 'mxfp4' : 'bf16');
+  const fmt = opts.expertsFormat ?? (arch === 'k3' ? 'mxfp4' : arch === 'k25' ? 'int4' : 'bf16');
   if (!EXPERTS_FORMATS.includes(fmt)) bad(`--experts-format must be one of ${EXPERTS_FORMATS.join(', ')}, got ${JSON.stringify(fmt)}`);
-  if (fmt === 'mxfp4' && arch !== 'k3') bad(`--experts-format mxfp4 is K3's format (--arch k3); ${arch} takes ${arch === 'k2' ? 'bf16, int4 or fp8' : 'bf16'}`);
-  if ((fmt === 'int4' || fmt === 'fp8') && arch !== 'k2') bad(`--experts-format ${fmt} is a K2 format (--arch k2); ${arch} takes ${arch === 'k3' ? 'mxfp4 or bf16' : 'bf16'}`);
+  const takes = arch === 'k3' ? 'mxfp4 or bf16' : arch === 'k2' ? 'bf16, int4 or fp8' : arch === 'k25' ? 'int4 or bf16' : 'bf16';
+  if (fmt === 'mxfp4' && arch !== 'k3') bad(`--experts-format mxfp4 is K3's format (--arch k3); ${arch} takes ${takes}`);
+  if (fmt === 'int4' && !isK2Like(arch)) bad(`--experts-format int4 is a K2 format (--arch k2 or k25); ${arch} takes ${takes}`);
+  if (fmt === 'fp8' && arch !== 'k2') bad(`--experts-format fp8 is a K2 format (--arch k2); ${arch} takes ${takes}`);
 
   const d = presetDims(arch, preset);
   const given = (k: keyof SynthDims) => opts[k] !== undefined;
@@ -188,7 +197,7 @@ export function resolveSynth(opts: Omit<SynthOptions, 'out'>): ResolvedSynth {
     (d as unknown as Record<string, unknown>)[k] = opts[k];
   }
   // Derived defaults follow the overridden sizes unless given explicitly.
-  if (!given('mlaLayers') && given('layers') && arch !== 'k2') d.mlaLayers = defaultMlaLayers(d.layers);
+  if (!given('mlaLayers') && given('layers') && !isK2Like(arch)) d.mlaLayers = defaultMlaLayers(d.layers);
   if (!given('topK') && given('experts')) d.topK = Math.min(d.topK, d.experts);
   if (!given('groups') && !given('topkGroup') && d.experts % d.groups !== 0) {
     d.groups = 1;
@@ -206,7 +215,7 @@ export function resolveSynth(opts: Omit<SynthOptions, 'out'>): ResolvedSynth {
   if (d.topK > d.experts) bad(`topK ${d.topK} exceeds the ${d.experts} experts`);
   if (d.experts % d.groups !== 0) bad(`groups ${d.groups} do not divide the ${d.experts} experts`);
   if (d.topkGroup > d.groups) bad(`topkGroup ${d.topkGroup} exceeds groups ${d.groups}`);
-  if (arch !== 'k2') {
+  if (!isK2Like(arch)) {
     for (const k of ['kdaHeads', 'kdaHeadDim', 'convSize'] as const) posInt(k, d[k]);
     if (!Array.isArray(d.mlaLayers) || !d.mlaLayers.every((x) => Number.isSafeInteger(x) && x >= 1 && x <= d.layers)) {
       bad(`mlaLayers must list 1-based layers in 1..${d.layers}, got ${JSON.stringify(d.mlaLayers)}`);
@@ -248,6 +257,6 @@ export function resolveSynth(opts: Omit<SynthOptions, 'out'>): ResolvedSynth {
 
 function defaultShards(arch: SynthArch, preset: SynthPreset, fmt: ExpertsFormat, layers: number): number {
   if (arch === 'k3') return preset === 'tiny' || preset === 'demo' ? Math.min(2, layers + 1) : layers + 1;
-  if (arch === 'k2' && fmt === 'int4') return Math.min(3, layers + 2);
+  if (isK2Like(arch) && fmt === 'int4') return Math.min(3, layers + 2);
   return 1;
 }

@@ -25,6 +25,8 @@ export type Gen =
 /** One tensor of a planned checkpoint. */
 export interface TensorPlan {
   name: string;
+  /** The name its values are drawn for when not `name` (K2.5 draws its decoder as K2 does, so both layouts hold the same weights). */
+  key?: string;
   dtype: DType;
   shape: number[];
   gen: Gen;
@@ -62,7 +64,7 @@ export function makeFill(t: TensorPlan, seed: number): Fill {
   const bytes = planBytes(t);
   const what = `synth: tensor ${t.name}`;
   let rng: Rng | null = null;
-  const r = () => (rng ??= new Rng(seed, t.name));
+  const r = () => (rng ??= new Rng(seed, t.key ?? t.name));
   switch (g.kind) {
     case 'normal':
     case 'uniform': {

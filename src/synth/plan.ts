@@ -3,7 +3,8 @@
 // Names, shapes and dtypes follow the official layouts (ARCHITECTURE.md §2.3, §3.7, §4.8;
 // K3.md §4): K3 under `language_model.model.` with F32 conv / A_log (padded) / dt_bias / o_norm /
 // router bias and MXFP4 routed experts; Kimi Linear under `model.` with the low-rank output gate
-// and A_log [1,1,H,1]; K2 in the DeepSeek-V3 layout. Every layer is one unit: its non-expert
+// and A_log [1,1,H,1]; K2 in the DeepSeek-V3 layout; K2.5 as K2 under `language_model.` with
+// vision-tower / projector stubs, its decoder's values drawn as K2's (same seed, same weights). Every layer is one unit: its non-expert
 // ("trunk") tensors as one contiguous run, then each routed expert as one contiguous run
 // (K3: w1.weight_packed, w1.weight_scale, w2.weight_packed, w2.weight_scale, w3.weight_packed,
 // w3.weight_scale). Units are never split across shards.
@@ -13,9 +14,9 @@
 // AttnRes projections N(0, 1/hidden); quantized formats scaled to the same N(0, 1/in).
 
 import type { DType } from '../formats/dtypes.js';
-import { K3_VISION_NAMES, namesForArch } from '../checkpoint/names.js';
+import { K25_VISION_NAMES, K3_VISION_NAMES, namesForArch } from '../checkpoint/names.js';
 import { K3_VISION } from './configs.js';
-import type { ResolvedSynth } from './dims.js';
+import { isK2Like, type ResolvedSynth } from './dims.js';
 import { planBytes, type Gen, type TensorPlan } from './gen.js';
 import { e8m0Mix, fp8Std, int4CodeStd, mxfp4CodeStd } from './rng.js';
 
@@ -87,7 +88,7 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
   // Formats: K2 fp8 quantizes every decoder linear but the router; experts follow --experts-format.
   const trunkFmt: LinearFormat = r.expertsFormat === 'fp8' ? 'fp8' : 'bf16';
   const expertFmt: LinearFormat = r.expertsFormat;
-  const mla = new Set(arch === 'k2' ? Array.from({ length: d.layers }, (_, i) => i + 1) : d.mlaLayers);
+  const mla = new Set(isK2Like(arch) ? Array.from({ length: d.layers }, (_, i) => i + 1) : d.mlaLayers);
 
   const embed = t(`${n.embed}.weight`, 'BF16', [d.vocab, D], normal(1));
   const finalNorm = t(n.finalNorm, 'BF16', [D], NORM);
@@ -190,7 +191,7 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
       for (let e = 0; e < E; e++) {
         const [g, u, dn] = n.expert(l, e);
         // K2 stores gate, up, down; K3 and Kimi Linear w1, w2, w3 (gate, down, up).
-        if (arch === 'k2') experts.push(...linear(g, I, X, expertFmt), ...linear(u, I, X, expertFmt), ...linear(dn, X, I, expertFmt));
+        if (isK2Like(arch)) experts.push(...linear(g, I, X, expertFmt), ...linear(u, I, X, expertFmt), ...linear(dn, X, I, expertFmt));
         else experts.push(...linear(g, I, X, expertFmt), ...linear(dn, X, I, expertFmt), ...linear(u, I, X, expertFmt));
       }
     }
@@ -214,6 +215,23 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
       t(K3_VISION_NAMES.postNorm, 'BF16', [D], NORM),
     ];
     return { head: null, layers, tail: { tensors: tail } };
+  }
+  if (arch === 'k25') {
+    const v = K3_VISION;
+    const mm = 4 * v.mmHidden;
+    // The decoder's values are K2's: drawn for the name without `language_model.`.
+    const asK2 = (u: Unit): Unit => ({ tensors: u.tensors.map((tp) => (tp.name.startsWith(n.prefix) ? { ...tp, key: tp.name.slice(n.prefix.length) } : tp)) });
+    const tail: TensorPlan[] = [
+      finalNorm,
+      lmHead,
+      t(K25_VISION_NAMES.patchEmbed, 'BF16', [v.vtHidden, 3, v.patch, v.patch], normal(0.02)),
+      t(K25_VISION_NAMES.towerNorm, 'BF16', [v.vtHidden], NORM),
+      t(K25_VISION_NAMES.preNorm, 'BF16', [v.mmHidden], NORM),
+      t(K25_VISION_NAMES.preNormBias, 'BF16', [v.mmHidden], uniform(-0.1, 0.1)),
+      t(K25_VISION_NAMES.proj0, 'BF16', [mm, mm], normal(1 / Math.sqrt(mm))),
+      t(K25_VISION_NAMES.proj2, 'BF16', [D, mm], normal(1 / Math.sqrt(mm))),
+    ];
+    return { head: asK2({ tensors: [embed] }), layers: layers.map(asK2), tail: asK2({ tensors: tail }) };
   }
   return { head: { tensors: [embed] }, layers, tail: { tensors: [finalNorm, lmHead] } };
 }
