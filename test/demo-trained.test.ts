@@ -1,8 +1,8 @@
 // The built-in trained demo model (models-shipped/demo-k3-trained): the engine's answers to the
 // 200 held-out sums reach the accuracy the training script recorded (within 1 point); they are
 // the same bytes at the floor budget and all resident, on 1 and 2 threads, with and without
-// speculation; and the engine's logits match the PyTorch training model's (a second K3
-// implementation, tools/train-demo/k3_torch.py) on 32 positions to 1e-3.
+// speculation; and the engine's logits match the numpy training model's (a second K3
+// implementation, tools/train-demo/k3_numpy.py) on 32 positions to 1e-3.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -54,10 +54,10 @@ test('demo model: 200 held-out sums at the recorded accuracy, the same answers a
   assert.ok(Math.abs(acc - info.held_out_accuracy) <= 1, `engine accuracy ${acc}% vs ${info.held_out_accuracy}% recorded by the training script`);
 });
 
-test('demo model: engine logits match the PyTorch training model on 32 positions (< 1e-3)', async () => {
+test('demo model: engine logits match the numpy training model on 32 positions (< 1e-3)', async () => {
   const fx = path.join(FIXTURES, 'demo-trained');
   const ids = (JSON.parse(fs.readFileSync(path.join(fx, 'ids.json'), 'utf8')) as { ids: number[] }).ids;
-  const want = readNpyF32(path.join(fx, 'torch-logits.npy'));
+  const want = readNpyF32(path.join(fx, 'numpy-logits.npy'));
   assert.equal(ids.length, 32);
   const model = await Model.load(DIR, { threads: 2, ctx: 64 });
   try {
@@ -71,12 +71,13 @@ test('demo model: engine logits match the PyTorch training model on 32 positions
   }
 });
 
-test('k3 demo prints checkable answers, most of them right, and the run report', () => {
-  const r = spawnSync(process.execPath, [CLI, 'demo', '--problems', '5', '--threads', '1'], { encoding: 'utf8', cwd: ROOT });
+test('k3 demo shows the three behaviours on held-out sums (chat, thinking, the tool loop), most of them right', () => {
+  const r = spawnSync(process.execPath, [CLI, 'demo', '--problems', '3', '--threads', '1'], { encoding: 'utf8', cwd: ROOT });
   assert.equal(r.status, 0, r.stderr);
-  const lines = r.stdout.split('\n').filter((l) => /^ {2}\d\d\+\d\d=/.test(l));
-  assert.equal(lines.length, 5, r.stdout);
-  assert.ok(lines.filter((l) => l.endsWith('right')).length >= 4, r.stdout);
-  assert.match(r.stderr, /tok\/s/);
-  assert.match(r.stderr, /peak RSS/);
+  const lines = r.stdout.split('\n').filter((l) => / (raw|chat|tool): /.test(l));
+  assert.equal(lines.length, 9, r.stdout);
+  for (const mode of ['raw:', 'chat:', 'tool:']) assert.equal(lines.filter((l) => l.includes(mode)).length, 3, r.stdout);
+  assert.ok(lines.filter((l) => l.endsWith('right')).length >= 7, r.stdout);
+  assert.match(r.stdout, /add\(\{"a":\d+,"b":\d+\}\) -> \d+, says \d+/);
+  assert.match(r.stdout, /\d+ of 9 right/);
 });

@@ -1,5 +1,5 @@
 // The K3 reply parser on ids (src/api/k3-reply.ts) against ../shared/golden/k3-chat/parse.jsonl,
-// with the real K3 vocabulary and with the byte-level demo vocabulary: whole replies, id by id
+// with the real K3 vocabulary and with the demo vocabulary: whole replies, id by id
 // (deltas concatenate to the final fields at every step), prefixes of streams, UTF-8 characters
 // split across ids, control-token look-alikes as text, and random id soup.
 
@@ -120,8 +120,8 @@ test('parse.jsonl: 39 cases, real K3 vocabulary, whole and id by id', () => {
   }
 });
 
-test('parse.jsonl: the same with the byte-level demo vocabulary (every multi-byte character split across ids)', () => {
-  assert.deepEqual(['<|end_of_msg|>', '<|open|>', '<|close|>', '<|sep|>'].map((s) => demo.specialId(s)), [258, 259, 260, 261]);
+test('parse.jsonl: the same with the demo vocabulary (BPE without merges of multi-byte characters: each split across ids)', () => {
+  assert.deepEqual(['<|end_of_msg|>', '<|open|>', '<|close|>', '<|sep|>'].map((s) => demo.specialId(s)), [1010, 1011, 1012, 1013]);
   for (const c of cases) {
     const ids = caseIds(demo, c);
     checkParsed(streamChecked(demo, ids, c.prompt_channel, c.name), c.expected, `${c.name} (demo)`);

@@ -1,7 +1,9 @@
 // The built-in trained demo model (models-shipped/demo-k3-trained, trained by
-// tools/train-demo/train.py): a tiny K3 that adds two numbers below 100. Its prompts are
-// "ab+cd=" (two digits each), its answer the sum in three digits then <|end_of_msg|>; train.json beside the weights lists the
-// held-out problems (never trained on) and the accuracy the training script measured on them.
+// tools/train-demo/train.py): a tiny K3 agent that adds two numbers below 100. As a raw prompt
+// "ab+cd=" (two digits each) it answers the sum in three digits then <|end_of_msg|>; in K3's chat
+// format it answers a sum, thinks first when asked to, and calls an `add` tool when it has one.
+// train.json beside the weights lists the held-out problems (never trained on) and the
+// accuracies the training script measured on them.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -12,6 +14,7 @@ import { speculative } from '../generate/spec.js';
 import { NgramDrafter } from '../generate/draft.js';
 import type { RunRecorder } from '../generate/report.js';
 import { UserError } from '../util/errors.js';
+import type { ChatMessage, KimiModel, ToolSpec } from '../api/index.js';
 
 /** The shipped checkpoint, found from this file (dist/src/cli/ -> the package root). */
 export const TRAINED_DEMO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'models-shipped', 'demo-k3-trained');
@@ -54,4 +57,49 @@ export async function answerSum(model: Model, a: number, b: number, opts: { spec
     text += String.fromCharCode(id);
   }
   return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chat turns of the demo: a sum asked in a user message, answered plainly, after thinking,
+// or through the `add` tool (the tool's result is what the model must report).
+
+export const DEMO_MODES = ['raw', 'chat', 'tool'] as const;
+export type DemoMode = (typeof DEMO_MODES)[number];
+
+/** The tool the demo model was trained to call, as an OpenAI client declares it. */
+export const ADD_TOOL: ToolSpec = {
+  type: 'function',
+  function: { name: 'add', description: 'Add two integers.', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } }, required: ['a', 'b'] } },
+};
+
+export const sumQuestion = (a: number, b: number): string => `What is ${a}+${b}?`;
+
+/** One demo turn (greedy): the model's final answer and a line saying what it did. */
+export async function demoTurn(kimi: KimiModel, a: number, b: number, mode: DemoMode): Promise<{ answer: string; shown: string }> {
+  if (mode === 'raw') {
+    const r = await kimi.generate(sumPrompt(a, b), { maxTokens: 4, ignoreEos: false }).result;
+    const digits = /^\d+/.exec(r.text)?.[0] ?? '';
+    return { answer: String(Number(digits)), shown: `${sumPrompt(a, b)}${digits}` };
+  }
+  const user: ChatMessage = { role: 'user', content: sumQuestion(a, b) };
+  const opts = { maxTokens: 160 }; // thinking on, effort max: the release default
+  if (mode === 'chat') {
+    const r = await kimi.chat([user], opts).result;
+    const answer = r.message.content.trim();
+    return { answer, shown: `thinks ${JSON.stringify(r.message.reasoning_content ?? '')}, says ${answer}` };
+  }
+  const first = await kimi.chat([user], { ...opts, tools: [ADD_TOOL] }).result;
+  const call = first.message.tool_calls?.[0];
+  if (!call) return { answer: first.message.content.trim(), shown: `no tool call, says ${first.message.content.trim()}` };
+  let result = 'error: bad arguments';
+  try {
+    const args = JSON.parse(call.function.arguments) as { a?: unknown; b?: unknown };
+    if (typeof args.a === 'number' && typeof args.b === 'number') result = String(args.a + args.b);
+  } catch {
+    // the arguments were not JSON: the tool says so
+  }
+  const history: ChatMessage[] = [user, { role: 'assistant', content: first.message.content, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: result }];
+  const second = await kimi.chat(history, { ...opts, tools: [ADD_TOOL] }).result;
+  const answer = second.message.content.trim();
+  return { answer, shown: `${call.function.name}(${call.function.arguments}) -> ${result}, says ${answer}` };
 }

@@ -2,25 +2,25 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
-import { openModel } from './common.js';
-import { TRAINED_DEMO_DIR, answerSum, readTrainInfo, sumAnswer, sumPrompt } from './demo-sums.js';
+import { loadForCommand, loadOptionsFromFlags } from './common.js';
+import { DEMO_MODES, TRAINED_DEMO_DIR, demoTurn, readTrainInfo } from './demo-sums.js';
 import { synthCheckpoint } from '../synth/synth.js';
-import { RunRecorder, formatSummary } from '../generate/report.js';
 import { demoTokenizerFiles } from '../tokenizer/index.js';
 import { command as run } from './run.js';
 import { formatBytes } from '../util/format.js';
 import { UserError } from '../util/errors.js';
 
 export const command: Command = {
-  summary: 'run the small built-in K3 model, trained to add two numbers, on held-out problems',
+  summary: 'run the small built-in K3 model, a tiny agent that adds numbers, on held-out problems',
   help: `usage: k3 demo [--problems N] [--memory SIZE] [--threads N]
        k3 demo --random [--out DIR] [--prompt TEXT] [--gen N] [--memory SIZE]
 
-Runs the built-in demo model (models-shipped/demo-k3-trained: a 2.6 M-parameter model with the
-exact K3 architecture, MXFP4 experts, KDA + gated NoPE MLA, latent MoE with SiTU, Attention
-Residuals, trained by tools/train-demo/train.py to add two two-digit numbers) on N held-out
-problems (default 8; never seen in training), printing each prompt, the model's answer and
-whether it is right, then the run report of the last one.
+Runs the built-in demo model (models-shipped/demo-k3-trained: a tiny model with the exact K3
+architecture, MXFP4 experts, KDA + gated NoPE MLA, latent MoE with SiTU, Attention Residuals,
+trained by tools/train-demo/train.py on K3's chat format) on N held-out sums (default 8; never
+seen in training), each three ways through the library: a raw prompt "ab+cd=", a chat turn
+(it thinks first, then answers), and the tool loop (it calls an add tool, reads the result,
+answers from it). Prints what it did and whether the answer is right.
 
 --random instead writes a random checkpoint with the same layout (about 15 MiB) and a small
 built-in tokenizer to DIR (default models/demo-k3; skipped when already there) and runs
@@ -47,22 +47,25 @@ async function trained(n: number, memory: string | undefined, threads: string | 
   if (!fs.existsSync(path.join(dir, 'model.safetensors'))) throw new UserError(`demo: the built-in model is missing (${dir}); k3 demo --random writes a random one`);
   const info = readTrainInfo(dir);
   const problems = info.held_out.slice(0, n);
-  process.stdout.write(`demo model: ${path.relative(process.cwd(), dir) || dir}, a tiny K3 trained to add two numbers (held-out accuracy at training: ${info.held_out_accuracy.toFixed(1)}%)\n`);
-  const { model } = await openModel('demo', dir, { memory, threads, ctx: '64' });
+  process.stdout.write(`demo model: ${path.relative(process.cwd(), dir) || dir}, a tiny K3 trained as a tiny agent: it answers sums, thinks first when asked to, and calls an add tool when it has one (held-out sums, never trained on)\n`);
+  const kimi = await loadForCommand('demo', dir, { ...loadOptionsFromFlags('demo', { memory, threads, ctx: '1024' }) });
   try {
     let right = 0;
-    let rec: RunRecorder | null = null;
+    let runs = 0;
     for (const [a, b] of problems) {
-      rec = new RunRecorder(model.store);
-      const got = await answerSum(model, a, b, { recorder: rec });
-      const ok = got === sumAnswer(a, b);
-      if (ok) right++;
-      process.stdout.write(`  ${sumPrompt(a, b)}${got.padEnd(3)}  ${ok ? 'right' : `wrong (${sumAnswer(a, b)})`}\n`);
+      const want = String(a + b);
+      const shown = `${a}+${b}`.padEnd(6);
+      for (const mode of DEMO_MODES) {
+        const got = await demoTurn(kimi, a, b, mode);
+        const ok = got.answer === want;
+        runs++;
+        if (ok) right++;
+        process.stdout.write(`  ${mode === 'raw' ? shown : ' '.repeat(6)}  ${`${mode}:`.padEnd(9)} ${got.shown.padEnd(34)} ${ok ? 'right' : `wrong (${want})`}\n`);
+      }
     }
-    process.stdout.write(`${right} of ${problems.length} right\n`);
-    if (rec) process.stderr.write(`run report of the last problem:\n${formatSummary(rec.summary())}\n`);
+    process.stdout.write(`${right} of ${runs} right\n`);
   } finally {
-    await model.close();
+    await kimi.close();
   }
   return 0;
 }

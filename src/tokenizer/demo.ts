@@ -104,12 +104,20 @@ function trainMerges(count: number): string[] {
 
 /** The two tokenizer files of the demo model, as text. */
 export function demoTokenizerFiles(): { 'tiktoken.model': string; 'tokenizer_config.json': string } {
+  return demoTokenizerFilesFor(trainMerges(NUM_BASE - 256));
+}
+
+/** The two tokenizer files of a vocabulary in the demo's layout: the 256 bytes, `merges`
+ *  (latin1 byte strings, in rank order), then the 16 special slots. The trained demo model's
+ *  vocabulary (tools/train-demo/make-data.mjs) is written by this too. */
+export function demoTokenizerFilesFor(merges: readonly string[]): { 'tiktoken.model': string; 'tokenizer_config.json': string } {
   const lines: string[] = [];
   for (let b = 0; b < 256; b++) lines.push(`${toB64(String.fromCharCode(b))} ${b}`);
-  trainMerges(NUM_BASE - 256).forEach((m, i) => lines.push(`${toB64(m)} ${256 + i}`));
+  merges.forEach((m, i) => lines.push(`${toB64(m)} ${256 + i}`));
+  const base = 256 + merges.length;
   const added: Record<string, object> = {};
   for (const [off, content] of Object.entries(DEMO_SPECIALS)) {
-    added[String(NUM_BASE + Number(off))] = {
+    added[String(base + Number(off))] = {
       content,
       lstrip: false,
       normalized: false,

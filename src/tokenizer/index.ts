@@ -28,7 +28,7 @@ export {
 } from './chat.js';
 export { KIMI_PATTERN_SOURCE, splitPieces, referenceChunks } from './pretokenize.js';
 export { checkTokenizerFits } from './fits.js';
-export { demoTokenizerFiles, DEMO_VOCAB_SIZE, DEMO_SPECIALS } from './demo.js';
+export { demoTokenizerFiles, demoTokenizerFilesFor, DEMO_VOCAB_SIZE, DEMO_SPECIALS } from './demo.js';
 export {
   k3ChatSegments,
   encodeK3Segments,
