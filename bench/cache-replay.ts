@@ -3,7 +3,7 @@
 // hit rate of the shipped policy, of plain LRU, LFU and the other policies tried, and of Belady's
 // optimum (the offline upper bound).
 //
-// Trace: test/fixtures/k3-expert-trace.bin, little-endian int32 pairs (layer, expert), 100,096
+// Trace: ../shared/realdata/k3-expert-trace.bin, little-endian int32 pairs (layer, expert), 100,096
 // requests of a real 93-layer K3 run. It comes from the public C99 engine kimi-k3-in-c
 // (Apache-2.0 licence), whose authors recorded it from the released Kimi K3 checkpoint. It was
 // recorded with full recompute at every step (8 steps of 5..12 tokens: each step re-routes the
@@ -34,7 +34,7 @@ import {
   type TraceStep,
 } from '../src/store/expert-cache.js';
 
-const TRACE_REL = 'test/fixtures/k3-expert-trace.bin';
+const TRACE_REL = '../shared/realdata/k3-expert-trace.bin';
 const GiB = 1024 ** 3;
 
 /** K3: layer 0 is dense, MoE layers 1..92; the layer cycle is 93 long. */
@@ -48,7 +48,7 @@ export const PRESET_EXPERT_BYTES: Record<string, number> = {
   server: 256 * GiB,
 };
 
-/** The trace file: --trace, else the repo copy (from the working directory or next to dist/). */
+/** The trace file: --trace, else ../shared/realdata's (from the repo root or next to dist/). */
 export function traceFile(explicit?: string): string {
   const candidates = explicit
     ? [explicit]

@@ -166,7 +166,7 @@ async function main(): Promise<void> {
     const ratios: Ratio[] = [];
     const perToken: { checkpoint: string; plain: number; coded: number }[] = [];
     for (const g of ['k3', 'kimi-linear', 'k2-yarn']) {
-      const { r, plain, coded } = await ratioOf(g, path.join(ROOT, 'test', 'fixtures', 'golden', g), tmp);
+      const { r, plain, coded } = await ratioOf(g, path.join(ROOT, '..', 'shared', 'golden', g), tmp);
       ratios.push(r);
       perToken.push({ checkpoint: g, plain: await trunkPerToken(plain), coded: await trunkPerToken(coded) });
     }

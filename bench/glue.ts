@@ -122,7 +122,7 @@ for (const r of rows) console.log(`| ${r.threads} | ${r.token.toFixed(1)} | ${r.
 console.log(`scaling 1 -> 2 threads: token ${(rows[0]!.token / rows[1]!.token).toFixed(2)}x, kernels alone ${(alone[0]! / alone[1]!).toFixed(2)}x`);
 
 // The same JavaScript on a tiny model, warm and with the L3 flushed after every dispatch.
-const tiny = path.join(ROOT, 'test', 'fixtures', 'golden', 'k3');
+const tiny = path.join(ROOT, '..', 'shared', 'golden', 'k3');
 const flush = new Int32Array((FLUSH_MIB << 20) / 4).fill(1);
 let sink = 0;
 const glue: number[] = [];

@@ -14,7 +14,7 @@ import { synthCheckpoint } from '../src/synth/synth.js';
 import { demoTokenizerFiles } from '../src/tokenizer/index.js';
 import { removeStaleTmp } from '../src/util/stale-tmp.js';
 import { Model } from '../src/model/model.js';
-import { CLI, ROOT } from './helpers.js';
+import { CLI, GOLDEN, ROOT } from './helpers.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-cli-test-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
@@ -215,7 +215,7 @@ test('README: `npm run -s k3 -- run MODEL --prompt hi --json | python3 -m json.t
 });
 
 test('k3 plan: an estimate of s/token on this machine, labelled as one; --no-estimate skips it', () => {
-  const dir = path.join(ROOT, 'test', 'fixtures', 'golden', 'k3');
+  const dir = path.join(GOLDEN, 'k3');
   const r = k3(['plan', dir, '--memory', '1G', '-t', '1']);
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /^estimate \(measured on this machine .*not a run\): [\d.]+ s\/token/m);

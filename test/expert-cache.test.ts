@@ -1,6 +1,6 @@
 // Expert cache (src/store/expert-cache.ts) and its replay on the real K3 routing trace.
 //
-// test/fixtures/k3-expert-trace.bin: the routed-expert requests of a real 93-layer Kimi K3 run
+// ../shared/realdata/k3-expert-trace.bin: the routed-expert requests of a real 93-layer Kimi K3 run
 // (little-endian int32 pairs (layer, expert), 100,096 requests), from the public C99 engine
 // kimi-k3-in-c (Apache-2.0 licence), recorded by its authors from the released K3 checkpoint.
 

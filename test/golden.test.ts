@@ -1,5 +1,5 @@
 // Golden checkpoints in the official layouts with logits from an independent float64 reference
-// (test/fixtures/golden, copied from shared/golden). Acceptance: max |logit - golden| <
+// (../shared/golden, read in place). Acceptance: max |logit - golden| <
 // GOLDEN_TOL (2e-4, what f32 arithmetic justifies: see helpers.ts) on the 32- and the 300-token
 // prompt, and the 32 greedy ids identical.
 // Determinism: prefill == token-by-token decode == any chunk size, compared as bytes.

@@ -13,11 +13,14 @@ import { stateSize } from '../src/model/state.js';
 /** Repository root (tests run from dist/test/). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
-export const GOLDEN = path.join(FIXTURES, 'golden');
+/** Third-party data (goldens, real K3 bytes and traces) is read in place beside the clone, never copied in. */
+export const SHARED = path.join(ROOT, '..', 'shared');
+export const GOLDEN = path.join(SHARED, 'golden');
+export const REALDATA = path.join(SHARED, 'realdata');
 export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
 
 /**
- * Max |logit - golden| allowed against the float64 reference logits of test/fixtures/golden, on
+ * Max |logit - golden| allowed against the float64 reference logits of ../shared/golden, on
  * the 32- and the 300-token prompt alike. What f32 arithmetic justifies: the golden README puts
  * llama.cpp's f32 CPU build within 1e-5 .. 6e-5 (K2, Kimi Linear) and about 1e-4 (K3) of the same
  * reference; this engine measures at most 5.5e-5 (K3 short), 4.6e-5 (K3 long), under 1.5e-5 for
@@ -86,8 +89,8 @@ export function fixture(...parts: string[]): string {
   return p;
 }
 
-/** The tokenizer goldens (copied from shared/golden/tokenizer). */
-export const TOKENIZER = path.join(FIXTURES, 'tokenizer');
+/** The tokenizer goldens. */
+export const TOKENIZER = path.join(GOLDEN, 'tokenizer');
 
 /** A fixture file's text, and a .jsonl fixture as parsed lines. */
 export function readFixture(dir: string, f: string): string {

@@ -1,4 +1,4 @@
-// Op-level fixtures from a PyTorch reference of every K3 block (test/fixtures/k3-ops, taken from
+// Op-level fixtures from a PyTorch reference of every K3 block (../shared/realdata/k3-ops, taken from
 // the public C99 engine kimi-k3-in-c, Apache-2.0). Tolerance as stated there: abs 1e-5 + rel 1e-4.
 // Plus the real K3 MXFP4 expert bytes, which must decode exactly.
 
@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { FIXTURES, f32Tensor, memoryStore, worstExcess, type MemTensor } from './helpers.js';
+import { REALDATA, f32Tensor, memoryStore, worstExcess, type MemTensor } from './helpers.js';
 import { rmsNorm, gatedAct, linear, type Activation } from '../src/model/ops.js';
 import { shortConvStep, kdaDecay, kdaRecurStep, kdaForward, newKdaState, type KdaParams } from '../src/model/kda.js';
 import { route } from '../src/model/router.js';
@@ -22,7 +22,7 @@ import { decodeRow } from '../src/kernels/ref.js';
 import type { WeightView } from '../src/formats/weight.js';
 import { residentMat, type Mat } from '../src/store/mat.js';
 
-const DIR = path.join(FIXTURES, 'k3-ops');
+const DIR = path.join(REALDATA, 'k3-ops');
 const MANIFEST = JSON.parse(fs.readFileSync(path.join(DIR, 'MANIFEST.json'), 'utf8'));
 const ABS = MANIFEST.tolerance.fp32_abs as number;
 const REL = MANIFEST.tolerance.fp32_rel as number;
@@ -298,7 +298,7 @@ for (const name of ['layer_kda', 'layer_mla']) {
 }
 
 test('real K3 MXFP4 expert bytes decode exactly (low nibble = even column, E8M0 bias 127)', () => {
-  const f = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'realdata', 'k3-mxfp4-real.json'), 'utf8'));
+  const f = JSON.parse(fs.readFileSync(path.join(REALDATA, 'k3-mxfp4-real.json'), 'utf8'));
   const rows = f.rows as number, cols = f.logical_width as number;
   const packed = Uint8Array.from(f.packed.data as number[]);
   const scales = Uint8Array.from(f.scales.data as number[]);

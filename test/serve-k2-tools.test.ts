@@ -58,7 +58,7 @@ before(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'k3-k2-tools-'));
   const dir = join(tmp, 'k2');
   await synthCheckpoint({ arch: 'k2', out: dir, vocab: 6400, layers: 2 });
-  const fx = join(ROOT, 'test', 'fixtures', 'tokenizer');
+  const fx = join(ROOT, '..', 'shared', 'golden', 'tokenizer');
   copyFileSync(join(fx, 'tiktoken.model'), join(dir, 'tiktoken.model'));
   copyFileSync(join(fx, 'k2', 'tokenizer_config.json'), join(dir, 'tokenizer_config.json'));
   real = await loadModel(dir, { ctx: 512, threads: 1, parallel: 2 });

@@ -1,4 +1,4 @@
-// Tokenizer goldens (test/fixtures/tokenizer/, copied from the independent tiktoken-made set:
+// Tokenizer goldens (../shared/golden/tokenizer/, the independent tiktoken-made set, read in place:
 // see its README.md): ids, pre-token splits, long runs, decodes, streaming decode, specials.
 
 import { test } from 'node:test';
