@@ -14,14 +14,15 @@ export const command: Command = {
   help: `usage: k3 serve MODEL [--host H] [--port P] [--api-key KEY] [--parallel N] [model options]
 
 Serves POST /v1/chat/completions (streamed or not), POST /v1/completions, GET /v1/models,
-GET /health, GET /metrics (Prometheus) and a chat page at GET /. Requests are decoded together
+POST /v1/messages (Anthropic's), Ollama's /api/chat, /api/generate, /api/tags, /api/show,
+/api/ps and /api/version, GET /health, GET /metrics (Prometheus) and a chat page at GET /. Requests are decoded together
 (up to --parallel at a time, each with the same output as alone); a request whose tokens start
 with a state the server still holds continues from it (usage.prompt_tokens_details.cached_tokens).
 Stops on SIGINT / SIGTERM.
 
   --host H          address to listen on (default 127.0.0.1)
   --port P          port (default 8080; 0 = any free port, printed at start)
-  --api-key KEY     require "Authorization: Bearer KEY" on /v1/ routes (default: env K3_API_KEY, else none)
+  --api-key KEY     require "Authorization: Bearer KEY" on /v1/ and /api/ routes (default: env K3_API_KEY, else none)
   --name NAME       model name in /v1/models and responses (default: the directory's name)
   --parallel N      sequences decoded together (default 4)
   --queue N         requests waiting beyond those before answering 429 (default 64)

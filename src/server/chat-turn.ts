@@ -66,14 +66,19 @@ function pyBody(body: Body, text: string | undefined): unknown {
   }
 }
 
+/** Sampling a front sets beyond OpenAI's fields (Ollama's options: top_k, min_p, repeat_penalty, stop lists). */
+export type TurnSampling = Pick<GenerationFields, 'topK' | 'minP' | 'repetitionPenalty' | 'penaltyLastN' | 'stop'>;
+
 /**
  * Check and render an OpenAI chat request body (`text`: the body as sent, when there is one);
  * throws ApiError for a bad field. K3 renders through k3RequestFromBody, as `k3 render` does.
+ * `sampling` (only the fields it sets) goes over the body's.
  */
-export function prepareTurn(served: Served, body: Body, text?: string): PreparedTurn {
+export function prepareTurn(served: Served, body: Body, text?: string, sampling: TurnSampling = {}): PreparedTurn {
   const { kimi } = served;
   const { messages, turn } = chatRequest(body);
   const options = generationOptions(body, served, true);
+  Object.assign(options, sampling);
   let prompt: RenderedPrompt;
   try {
     if (kimi.format === 'k3') {

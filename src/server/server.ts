@@ -1,9 +1,10 @@
 // `k3 serve`: an OpenAI-compatible HTTP server on node:http over one loaded model (src/api).
 // Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages (Anthropic's, with
-// its count_tokens), GET /v1/models, GET /health, GET /metrics, GET / (the chat page). Every
+// its count_tokens), GET /v1/models, /api/* (Ollama's: chat, generate, tags, show, ps, version),
+// GET /health, GET /metrics, GET / (the chat page). Every
 // generation goes through the model's one engine loop, so forward passes never overlap and
 // concurrent requests are decoded together. Each failure is answered in OpenAI's error shape
-// (Anthropic's on its routes) and the server stays up.
+// (Anthropic's and Ollama's on theirs) and the server stays up.
 
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,6 +15,7 @@ import { readJson } from './body.js';
 import { chatCompletions, completions } from './completions.js';
 import { ApiError, sendError, sendJson } from './errors.js';
 import { Counters, metricsText } from './metrics.js';
+import { isOllamaPath, ollamaRoute, sendOllamaError } from './ollama.js';
 import { CHAT_PAGE } from './page.js';
 import type { SamplingDefaults, Served } from './served.js';
 
@@ -57,7 +59,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
     const url = new URL(req.url ?? '/', 'http://x');
     const route = `${req.method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
     if (route === 'GET /health') return sendJson(res, 200, { status: 'ok' });
-    if (route === 'GET /') {
+    if (route === 'GET /' || route === 'HEAD /') {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
       return void res.end(CHAT_PAGE);
     }
@@ -65,6 +67,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
       return void res.end(metricsText(kimi, counters));
     }
+    if (isOllamaPath(req.url)) return ollamaRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
     if (isMessagesPath(req.url)) return messagesRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
     if (url.pathname.startsWith('/v1/') && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
       throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
@@ -83,7 +86,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
     res.on('finish', () => counters.count(res.statusCode));
     handle(req, res).catch((e: unknown) => {
       const err = toApiError(e);
-      const answer = () => (res.headersSent ? res.end() : (isMessagesPath(req.url) ? sendAnthropicError : sendError)(res, err));
+      const answer = () => (res.headersSent ? res.end() : (isMessagesPath(req.url) ? sendAnthropicError : isOllamaPath(req.url) ? sendOllamaError : sendError)(res, err));
       // 413 before the upload was read: read the rest into nothing first, so that the client,
       // still sending, sees the answer instead of a reset connection
       if (err.status === 413 && !req.readableEnded && !req.destroyed) {
