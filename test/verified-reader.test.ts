@@ -99,3 +99,33 @@ test('VerifiedReader: damage before the first read fails it; damage after is cau
     { seed: seed(3002), numRuns: runs(150), includeErrorInReport: true },
   );
 });
+
+test('VerifiedReader first mode: each part of a range is checked the first time it is read (a transient flip there is caught)', async () => {
+  await fc.assert(
+    fc.asyncProperty(scenario, fc.nat(), fc.nat({ max: 300_000 }), fc.nat({ max: 300_000 }), async ({ size, cuts, reads }, where, back, ahead) => {
+      const { bytes, ranges } = setup(size, cuts);
+      const at = where % size;
+      const covered = ranges.find((r) => at >= r.offset && at < r.offset + r.length);
+      const [o, n] = reads[0]!;
+      const off = o % size;
+      const len = Math.max(1, Math.min(n, size - off));
+      const live = Uint8Array.from(bytes);
+      const v = new VerifiedReader(memReader(live), ranges, 'first');
+      await v.read('f', off, new Uint8Array(len));
+      // Then a read of bytes around `at`, which now come back damaged (a transient flip, or a change on disk).
+      live[at]! ^= 0x40;
+      const off2 = Math.max(0, at - back);
+      const len2 = Math.min(size, at + 1 + ahead) - off2;
+      const r2 = v.read('f', off2, new Uint8Array(len2));
+      if (!covered) return void (await r2);
+      const part = (s: number, l: number) => [Math.max(s, covered.offset), Math.min(s + l, covered.offset + covered.length)] as const;
+      const [a1, b1] = part(off, len);
+      const [a2, b2] = part(off2, len2);
+      // Not caught only when these are bytes already handed out checked: the same part, or all of the range at once.
+      const handedBefore = a1 < b1 && ((a1 === a2 && b1 === b2) || (a1 === covered.offset && b1 === covered.offset + covered.length));
+      if (handedBefore) await r2;
+      else await assert.rejects(r2, (e: unknown) => e instanceof ReadError && e.exitCode === 4 && e.message.includes(covered.what));
+    }),
+    { seed: seed(3003), numRuns: runs(150), includeErrorInReport: true },
+  );
+});

@@ -2,10 +2,13 @@
 // a packed directory (packed.json) and the per-tensor checksums `k3 verify` records (a sidecar,
 // checksums.ts). A read that touches a range for the first time streams the whole range through
 // sha256 in bounded chunks, copying the requested bytes out of what was hashed, so the bytes used
-// are the bytes checked. With `every` (k3 run --verify-reads) each later read is hashed too: the
-// first check also keeps a 128-bit digest of every 1 MiB block of the range, and a later read is
-// checked block by block (the partial blocks at its edges read aside), so its cost is one sha256
-// pass over about the bytes it reads.
+// are the bytes checked. When that first read is only part of the range (a record read tensor by
+// tensor, an embedding row, a piece of a split matrix), the check also keeps a 128-bit digest of
+// every 64 KiB block, and each other part is checked block by block the first time it is read
+// (its own read is what is computed on: a second, unchecked read would let a flip through). With
+// `every` (k3 run --verify-reads) every later read is hashed too, against 1 MiB blocks (the
+// partial blocks at its edges read aside), so its cost is one sha256 pass over about the bytes
+// it reads.
 // A mismatch is a ReadError with exit code 4 naming the file, the record or tensor, and the
 // offset: the run stops before a token is computed from those bytes.
 
@@ -45,15 +48,26 @@ export interface VerifyStats {
 }
 
 /** Every-read mode checks reads block by block against digests taken when the range was first checked. */
-const BLOCK = 1 << 20;
+const BLOCK_EVERY = 1 << 20;
+/** First-read mode checks the first read of each other part of a range read in parts, in smaller
+ *  blocks (an embedding row costs a 64 KiB read aside, not 1 MiB). */
+const BLOCK_FIRST = 1 << 16;
 /** Bytes kept of each block's sha256 (128 bits: 16 bytes per MiB, 25 MB for K3's 1.56 TB). */
 const BLOCK_DIGEST = 16;
+
+/** What the first check of a range left: block digests (null: none needed) and, in first mode, the reads already checked. */
+interface Checked {
+  blocks: Buffer | null;
+  block: number;
+  /** First mode: `${offset}:${length}` of every read handed out checked (a repeat is not checked again). */
+  handed: Set<string>;
+}
 
 export class VerifiedReader implements ByteReader {
   readonly stats: VerifyStats = { rangesChecked: 0, bytesChecked: 0, readsHashed: 0, bytesHashed: 0, hashMs: 0 };
   private readonly byFile = new Map<string, CheckedRange[]>();
-  /** The first whole check of each range: its block digests (every mode) when it passed. */
-  private readonly checked = new Map<CheckedRange, Promise<Buffer | null>>();
+  /** The first whole check of each range, and what it left. */
+  private readonly checked = new Map<CheckedRange, Promise<Checked>>();
 
   constructor(
     private readonly inner: ByteReader,
@@ -100,9 +114,12 @@ export class VerifiedReader implements ByteReader {
         await first;
         continue;
       }
-      const blocks = await first;
-      if (this.mode === 'every' && blocks) await this.readBlocks(r, blocks, s, part);
-      else await this.inner.read(file, s, part);
+      const c = await first;
+      const key = `${s}:${part.byteLength}`;
+      if (c.blocks && (this.mode === 'every' || !c.handed.has(key))) {
+        await this.readBlocks(r, c, s, part);
+        if (this.mode === 'first') c.handed.add(key);
+      } else await this.inner.read(file, s, part);
     }
     await this.fillGaps(ranges, file, offset, into);
   }
@@ -124,14 +141,14 @@ export class VerifiedReader implements ByteReader {
     this.stats.hashMs += performance.now() - t0;
   }
 
-  /** Hash all of `r` (in bounded chunks), copying [s, s + part.length) into `part`; its block digests in every mode. */
-  private async checkRange(r: CheckedRange, s: number, part: Uint8Array): Promise<Buffer | null> {
+  /** Hash all of `r` (in bounded chunks), copying [s, s + part.length) into `part`; its block digests when later reads need them. */
+  private async checkRange(r: CheckedRange, s: number, part: Uint8Array): Promise<Checked> {
     const whole = createHash('sha256');
-    const nBlocks = Math.ceil(r.length / BLOCK);
-    const blocks = this.mode === 'every' ? Buffer.alloc(nBlocks * BLOCK_DIGEST) : null;
     // A read of the whole range (an expert record, a small tensor) is hashed where it lands;
     // otherwise the range streams through a bounded buffer.
     const inPlace = s === r.offset && part.byteLength === r.length;
+    const blockSize = this.mode === 'every' ? BLOCK_EVERY : BLOCK_FIRST;
+    const blocks = this.mode === 'every' || !inPlace ? Buffer.alloc(Math.ceil(r.length / blockSize) * BLOCK_DIGEST) : null;
     const buf = inPlace ? part : new Uint8Array(Math.min(CHUNK, r.length));
     for (let at = 0; at < r.length; at += buf.byteLength) {
       const n = Math.min(buf.byteLength, r.length - at);
@@ -139,10 +156,10 @@ export class VerifiedReader implements ByteReader {
       await this.inner.read(r.file, r.offset + at, chunk);
       this.hash(chunk, whole);
       if (blocks) {
-        for (let b = 0; b < n; b += BLOCK) {
+        for (let b = 0; b < n; b += blockSize) {
           const h = createHash('sha256');
-          this.hash(chunk.subarray(b, Math.min(n, b + BLOCK)), h);
-          h.digest().copy(blocks, ((at + b) / BLOCK) * BLOCK_DIGEST, 0, BLOCK_DIGEST);
+          this.hash(chunk.subarray(b, Math.min(n, b + blockSize)), h);
+          h.digest().copy(blocks, ((at + b) / blockSize) * BLOCK_DIGEST, 0, BLOCK_DIGEST);
         }
       }
       const lo = Math.max(s, r.offset + at);
@@ -153,16 +170,18 @@ export class VerifiedReader implements ByteReader {
     this.stats.rangesChecked++;
     this.stats.bytesChecked += r.length;
     if (got !== r.sha256) throw this.mismatch(r, s, part.byteLength, `sha256 ${got.slice(0, 16)}…, expected ${r.sha256.slice(0, 16)}…`);
-    return blocks;
+    return { blocks, block: blockSize, handed: new Set([`${s}:${part.byteLength}`]) };
   }
 
-  /** Every mode: read [s, s + part.length) of `r` and check the 1 MiB blocks it touches (edges read aside). */
-  private async readBlocks(r: CheckedRange, blocks: Buffer, s: number, part: Uint8Array): Promise<void> {
+  /** Read [s, s + part.length) of `r` and check the blocks it touches (edges read aside). */
+  private async readBlocks(r: CheckedRange, c: Checked, s: number, part: Uint8Array): Promise<void> {
+    const blocks = c.blocks!;
+    const blockSize = c.block;
     const e = s + part.byteLength;
-    const b0 = Math.floor((s - r.offset) / BLOCK);
-    const b1 = Math.ceil((e - r.offset) / BLOCK);
-    const lo = r.offset + b0 * BLOCK;
-    const hi = Math.min(r.offset + r.length, r.offset + b1 * BLOCK);
+    const b0 = Math.floor((s - r.offset) / blockSize);
+    const b1 = Math.ceil((e - r.offset) / blockSize);
+    const lo = r.offset + b0 * blockSize;
+    const hi = Math.min(r.offset + r.length, r.offset + b1 * blockSize);
     const head = new Uint8Array(s - lo);
     const tail = new Uint8Array(hi - e);
     await Promise.all([this.inner.read(r.file, s, part), head.length ? this.inner.read(r.file, lo, head) : null, tail.length ? this.inner.read(r.file, e, tail) : null]);
@@ -175,9 +194,9 @@ export class VerifiedReader implements ByteReader {
       return out;
     };
     for (let b = b0; b < b1; b++) {
-      const a = r.offset + b * BLOCK;
+      const a = r.offset + b * blockSize;
       const h = createHash('sha256');
-      for (const x of slices(a, Math.min(a + BLOCK, hi))) this.hash(x, h);
+      for (const x of slices(a, Math.min(a + blockSize, hi))) this.hash(x, h);
       if (!h.digest().subarray(0, BLOCK_DIGEST).equals(blocks.subarray(b * BLOCK_DIGEST, (b + 1) * BLOCK_DIGEST))) {
         throw this.mismatch(r, s, part.byteLength, `block at offset ${a} changed since it was first checked`);
       }
