@@ -102,6 +102,8 @@ test('configs that cannot be right are refused by run and info, naming the field
     ['eps', (c) => (c.rms_norm_eps = -1e-6), 'rms_norm_eps'],
     ['theta', (c) => (c.rope_theta = 0), 'rope_theta'],
     ['factor', (c) => ((c.rope_scaling as Record<string, unknown>).factor = -4), 'factor'],
+    ['mscale', (c) => ((c.rope_scaling as Record<string, unknown>).mscale = -1), 'rope_scaling.mscale'],
+    ['beta', (c) => ((c.rope_scaling as Record<string, unknown>).beta_slow = 1e9), 'rope_scaling.beta_slow'],
     ['scaling', (c) => (c.routed_scaling_factor = 1e9), 'routed_scaling_factor'],
     ['layers', (c) => (c.num_hidden_layers = 1e9), 'num_hidden_layers'],
     ['fewer', (c) => (c.num_hidden_layers = (c.num_hidden_layers as number) - 1), 'num_hidden_layers'],

@@ -322,14 +322,13 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
       yarn = {
         factor: rr.range('rope_scaling.factor', rr.num('factor'), 0, 1e4, true),
         originalMaxPosition: rr.range('rope_scaling.original_max_position_embeddings', rr.pos('original_max_position_embeddings'), 1, LIMITS.positions),
-        betaFast: rr.optNum(32, 'beta_fast')!,
-        betaSlow: rr.optNum(1, 'beta_slow')!,
-        mscale: rr.optNum(1, 'mscale')!,
-        mscaleAllDim: rr.optNum(0, 'mscale_all_dim')!,
+        // Rotations per wavelength bounds; a negative mscale would shrink (or flip) the rope amplitude.
+        betaFast: rr.range('rope_scaling.beta_fast', rr.optNum(32, 'beta_fast')!, 0, 1e4, true),
+        betaSlow: rr.range('rope_scaling.beta_slow', rr.optNum(1, 'beta_slow')!, 0, 1e4, true),
+        mscale: rr.range('rope_scaling.mscale', rr.optNum(1, 'mscale')!, 0, 100),
+        mscaleAllDim: rr.range('rope_scaling.mscale_all_dim', rr.optNum(0, 'mscale_all_dim')!, 0, 100),
       };
-      if (!(yarn.betaFast > 0 && yarn.betaSlow > 0 && yarn.betaFast >= yarn.betaSlow)) r.fail(`rope_scaling beta_fast ${yarn.betaFast} / beta_slow ${yarn.betaSlow} must be positive with beta_fast >= beta_slow`);
-      r.range('rope_scaling.mscale', yarn.mscale, -100, 100);
-      r.range('rope_scaling.mscale_all_dim', yarn.mscaleAllDim, -100, 100);
+      if (yarn.betaFast < yarn.betaSlow) r.fail(`field rope_scaling.beta_fast = ${yarn.betaFast} must be at least rope_scaling.beta_slow = ${yarn.betaSlow}`);
     }
     rope = { theta, yarn };
   } else if (!r.bool(true, 'mla_use_nope')) {
