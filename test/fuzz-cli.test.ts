@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN } from './helpers.js';
 import { Tally, jsonMutation, runs, seed } from './fuzz.js';
+import { manifestDigest, type PackManifest } from '../src/checkpoint/packed.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-fuzz-cli-'));
 process.on('exit', () => fs.rmSync(TMP, { recursive: true, force: true }));
@@ -98,7 +99,8 @@ test('fuzz CLI: bytes flipped in a packed trunk, and edited manifests', () => {
   fc.assert(
     fc.property(jsonMutation(head), (edited) => {
       const e = edited as Record<string, unknown>;
-      fs.writeFileSync(manifest, JSON.stringify({ ...m, ...e, tensors: { ...(m.tensors as object), ...(e.tensors as object) }, experts: m.experts }));
+      const doc = { ...m, ...e, tensors: { ...(m.tensors as object), ...(e.tensors as object) }, experts: m.experts };
+      fs.writeFileSync(manifest, JSON.stringify({ ...doc, manifest_sha256: manifestDigest(doc as unknown as PackManifest) })); // past the digest check
       cleanOrOneLine(k3(['run', out, ...IDS]), clean.stdout, tally2, 'edited manifest');
     }),
     { seed: seed(2003), numRuns: runs(10, 5), includeErrorInReport: true },

@@ -43,10 +43,17 @@
 //     files: [shard names (in place) | "experts-00001.bin", ...],
 //     expert_bytes,
 //     template: [{ suffix: "w1.weight_packed", dtype, shape, offset, nbytes }],  offset within the run
-//     at: { "<expert prefix: Names.expertPrefix(layer, expert)>": [file index, offset of the run] }
+//     at: { "<expert prefix: Names.expertPrefix(layer, expert)>": [file index, offset of the run] },
+//     sha256: { "<expert prefix>": "<hex of the run's expert_bytes>" }   (in place only: recorded
+//             at pack time from the bytes read; checked on each expert's first read, and by --verify)
 //   },
-//   dropped: ["<tensor names left out>"], total_bytes, tensor_count
+//   dropped: ["<tensor names left out>"], total_bytes, tensor_count,
+//   manifest_sha256: "<hex of JSON.stringify of this object without manifest_sha256>"
 // }
+// The manifest's own digest is checked at open (a mismatch is exit 4, as for bad weight bytes),
+// and every object may hold only the keys above: a renamed or unknown key is refused, so that no
+// check is turned off by a key the reader does not see. A pack without manifest_sha256 (written
+// before it existed) is refused: k3 pack again.
 // A tensor's bytes are at files[record.file] offset record.offset + offset_in_record; an expert
 // tensor's at experts.files[at[prefix][0]] offset at[prefix][1] + template.offset.
 //
@@ -59,6 +66,7 @@
 // `indexCheckpointDir` (dir.ts) calls `readPackedDir` when a directory holds packed.json,
 // so every command that opens a model accepts a packed directory.
 
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ReadError, UserError } from '../util/errors.js';
@@ -120,6 +128,8 @@ export interface PackedExperts {
   expert_bytes: number;
   template: ExpertTemplateItem[];
   at: Record<string, [number, number]>;
+  /** In place: the sha256 of each expert's run, by prefix (as `at`). */
+  sha256?: Record<string, string>;
 }
 
 export interface SourceShard {
@@ -145,6 +155,14 @@ export interface PackManifest {
   dropped: string[];
   total_bytes: number;
   tensor_count: number;
+  manifest_sha256?: string;
+}
+
+/** The digest packed.json carries of itself: sha256 of its JSON without manifest_sha256 (key order as written). */
+export function manifestDigest(m: PackManifest): string {
+  const rest: Partial<PackManifest> = { ...m };
+  delete rest.manifest_sha256;
+  return createHash('sha256').update(JSON.stringify(rest)).digest('hex');
 }
 
 export function errCode(e: unknown): string {
@@ -165,8 +183,49 @@ export function readManifest(dir: string): PackManifest {
   if (!Array.isArray(m.files) || !Array.isArray(m.records) || typeof m.tensors !== 'object' || m.tensors === null) {
     throw new UserError(`${file}: manifest lacks files / records / tensors`);
   }
+  checkKeys(file, m);
   checkManifestTypes(file, m);
+  if (typeof m.manifest_sha256 !== 'string') throw new UserError(`${file}: no manifest_sha256 (a pack written before manifests carried their digest); k3 pack again`);
+  if (manifestDigest(m) !== m.manifest_sha256) throw new ReadError(`${file}: the manifest fails its sha256 (manifest_sha256): edited or damaged; k3 pack again`, 4);
   return m;
+}
+
+/** The keys each object of a manifest may hold ('?' marks the optional ones). */
+const KEYS = {
+  top: ['format', 'version', 'alignment', 'source', 'config_sha256', 'arch', 'options', 'source_shards', 'files', 'records', 'tensors', 'experts_in_place', 'experts', 'dropped', 'total_bytes', 'tensor_count', 'manifest_sha256?'],
+  options: ['max_record', 'file_size', 'experts', 'compress?'],
+  source_shards: ['file', 'size', 'header_sha256'],
+  files: ['name', 'size'],
+  records: ['name', 'kind', 'file', 'offset', 'length', 'sha256'],
+  tensors: ['dtype', 'shape', 'record', 'offset_in_record', 'nbytes', 'encoding?'],
+  encoding: ['code', 'block_rows', 'stored_bytes', 'blocks'],
+  experts: ['in_place', 'dir', 'source_dir', 'files', 'expert_bytes', 'template', 'at', 'sha256?'],
+  template: ['suffix', 'dtype', 'shape', 'offset', 'nbytes'],
+};
+
+/** Every object holds its required keys and no other (a renamed key must not silently skip a check). */
+function checkKeys(file: string, m: PackManifest): void {
+  const check = (where: string, o: unknown, keys: string[]): void => {
+    if (!isObj(o)) return; // the type checks name it
+    const all = new Set(keys.map((k) => k.replace('?', '')));
+    for (const k of Object.keys(o)) if (!all.has(k)) throw new UserError(`${file}: unknown key ${JSON.stringify(k)} in ${where} (damaged or edited manifest; k3 pack again)`);
+    for (const k of keys) if (!k.endsWith('?') && !(k in o)) throw new UserError(`${file}: ${where} lacks key ${JSON.stringify(k)} (damaged or edited manifest; k3 pack again)`);
+  };
+  check('the manifest', m, KEYS.top);
+  check('options', m.options, KEYS.options);
+  const each = (name: 'source_shards' | 'files' | 'records', list: unknown) => Array.isArray(list) && list.forEach((x, i) => check(`${name}[${i}]`, x, KEYS[name]));
+  each('source_shards', m.source_shards);
+  each('files', m.files);
+  each('records', m.records);
+  for (const [name, t] of Object.entries(m.tensors)) {
+    check(`tensor ${name}`, t, KEYS.tensors);
+    if (isObj(t) && t.encoding !== undefined) check(`tensor ${name}'s encoding`, t.encoding, KEYS.encoding);
+  }
+  const ex = m.experts as unknown;
+  if (isObj(ex)) {
+    check('experts', ex, KEYS.experts);
+    if (Array.isArray(ex.template)) ex.template.forEach((t, i) => check(`experts.template[${i}]`, t, KEYS.template));
+  }
 }
 
 const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
@@ -217,6 +276,14 @@ function checkManifestTypes(file: string, m: PackManifest): void {
   for (const [prefix, at] of Object.entries(e.at)) {
     if (!Array.isArray(at) || at.length !== 2 || !isCount(at[0]) || !isCount(at[1])) bad(`experts.at[${JSON.stringify(prefix)}] is not [file index, offset]`);
   }
+  // Experts left in the source are covered by a digest each (the pack's records cover packed ones).
+  if (e.in_place) {
+    if (!isObj(e.sha256)) bad('experts.sha256 is missing: the in-place experts have no digests');
+    const sha = e.sha256 as Record<string, unknown>;
+    for (const prefix of Object.keys(e.at)) if (typeof sha[prefix] !== 'string' || !/^[0-9a-f]{64}$/.test(sha[prefix])) bad(`experts.sha256 has no digest of expert ${prefix}`);
+    if (Object.keys(sha).length !== Object.keys(e.at).length) bad('experts.sha256 names experts that experts.at does not');
+  } else if (e.sha256 !== undefined) bad('experts.sha256 is only for experts left in place');
+  for (const f of e.in_place ? e.files : []) if (!m.source_shards.some((s) => s.file === f)) bad(`source_shards does not list ${f}, which holds experts`);
 }
 
 function checkTensorShape(where: string, name: string, dtype: unknown, shape: unknown, nbytes: unknown): asserts dtype is DType {
@@ -298,8 +365,8 @@ export function readPackedDir(dir: string): Map<string, TensorEntry> {
       exFiles = ex.files.map((f) => path.join(src, f));
       sizes = ex.files.map((f, i) => {
         const size = fs.statSync(exFiles[i]!).size;
-        const rec = m.source_shards.find((s) => s.file === f);
-        if (rec && rec.size !== size) throw new UserError(`${exFiles[i]}: ${size} bytes, but ${rec.size} when packed: the source checkpoint changed; repack`);
+        const rec = m.source_shards.find((s) => s.file === f)!; // listed (checkManifestTypes)
+        if (rec.size !== size) throw new UserError(`${exFiles[i]}: ${size} bytes, but ${rec.size} when packed: the source checkpoint changed; repack`);
         return size;
       });
     } else {

@@ -16,10 +16,12 @@ const HELP = `usage: k3 pack MODEL OUT [--max-record SIZE] [--file-size SIZE] [-
 Lays a checkpoint's non-expert weights out for streaming: one contiguous, 4 KiB-aligned record
 per layer (its trunk matrices in forward order, then its norms and biases; every tensor 4 KiB-
 aligned), one for the embedding and one for the head, in OUT/trunk-NNNNN.bin, with a manifest
-OUT/packed.json (offsets, shapes, dtypes, a sha256 per record). config.json and the tokenizer
-files are copied. Routed experts stay in the source shards when each is one contiguous run there
-(K3); otherwise each becomes one 4 KiB-aligned record in OUT/experts-NNNNN.bin. Every command
-that takes MODEL (run, chat, logits, info, plan) accepts OUT instead.
+OUT/packed.json (offsets, shapes, dtypes, a sha256 per record, and one of the manifest itself).
+config.json and the tokenizer files are copied. Routed experts stay in the source shards when
+each is one contiguous run there (K3; each run is read once and its sha256 recorded); otherwise
+each becomes one 4 KiB-aligned record in OUT/experts-NNNNN.bin. Every command that takes MODEL
+(run, chat, logits, info, plan) accepts OUT instead, and checks each byte it computes on against
+these digests on its first read (exit 4 on a mismatch, or on an edited packed.json).
 
 OUT appears only when complete (written as OUT.tmp-<pid>, then renamed). Rerunning on a finished
 OUT with the same source, config and options does nothing; an OUT holding anything else is refused.
@@ -33,7 +35,8 @@ options:
   --compress            store the BF16 trunk matrices losslessly coded (exponents in a 4-bit
                         code per 64 KiB block, with a checksum; ~25% fewer bytes to read, the
                         same logits); needs this build or later to read (pack version 2)
-  --verify              recompute the checksums of OUT's records; exit 2 naming any that differ
+  --verify              recompute the checksums of OUT's records and in-place experts; exit 2
+                        naming any that differ (exit 4 when packed.json fails its own digest)
   --json                print the result as JSON`;
 
 export const command: Command = {
@@ -56,9 +59,9 @@ export const command: Command = {
       bar.end();
       const ok = r.mismatches.length === 0 && r.problems.length === 0;
       if (values.json) {
-        console.log(JSON.stringify({ dir: r.dir, ok, records: r.records, bytes: r.bytes, seconds: r.seconds, mismatches: r.mismatches, problems: r.problems }));
+        console.log(JSON.stringify({ dir: r.dir, ok, records: r.records, experts: r.experts, bytes: r.bytes, seconds: r.seconds, mismatches: r.mismatches, problems: r.problems }));
       } else {
-        console.log(`pack --verify: ${r.records} records, ${formatBytes(r.bytes)} in ${r.seconds.toFixed(2)} s (${formatBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s): ${ok ? 'all checksums match' : `${r.mismatches.length} record(s) differ`}`);
+        console.log(`pack --verify: ${r.records} records${r.experts ? ` and ${r.experts} in-place experts` : ''}, ${formatBytes(r.bytes)} in ${r.seconds.toFixed(2)} s (${formatBytes(r.bytes / Math.max(r.seconds, 1e-3))}/s): ${ok ? 'all checksums match' : `${r.mismatches.length} record(s) differ`}`);
       }
       if (!ok) {
         const list = [...r.mismatches.map((x) => `record ${x.record} (${x.file} at ${x.offset}, ${x.length} bytes)`), ...r.problems];

@@ -17,7 +17,8 @@ import { progressBar } from '../util/progress.js';
 
 const HELP = `usage: k3 verify MODEL [--record] [--json]
 
-A packed directory (k3 pack): recompute every record's sha256 against packed.json.
+A packed directory (k3 pack): recompute every record's sha256 (and each in-place expert's)
+against packed.json.
 A checkpoint directory: the first time, hash every tensor and record the digests in
 MODEL/${CHECKSUMS_NAME} (written only when complete); afterwards, hash every tensor and compare.
 Runs then check what they stream against these digests, on the first read of each tensor
@@ -44,7 +45,7 @@ export const command: Command = {
       bar.end();
       const ok = r.mismatches.length === 0 && r.problems.length === 0;
       if (values.json) console.log(JSON.stringify({ dir, packed: true, ok, records: r.records, bytes: r.bytes, seconds: r.seconds, mismatches: r.mismatches, problems: r.problems }));
-      if (!ok) fail([...r.mismatches.map((x) => `${path.join(dir, x.file)}: record ${x.record} at offset ${x.offset} (${x.length} bytes) fails its sha256`), ...r.problems]);
+      if (!ok) fail([...r.mismatches.map((x) => `${path.resolve(dir, x.file)}: record ${x.record} at offset ${x.offset} (${x.length} bytes) fails its sha256`), ...r.problems]);
       if (!values.json) console.log(`verify: ${dir}: ${r.records} records, ${formatBytes(r.bytes)} in ${r.seconds.toFixed(2)} s: all checksums match`);
       return 0;
     }

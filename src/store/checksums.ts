@@ -1,5 +1,6 @@
 // Checksums of what a run streams, for VerifiedReader (verified-reader.ts):
-// - a packed directory's records carry a sha256 each (packed.json);
+// - a packed directory's records carry a sha256 each, and so does each expert left in place in
+//   the source shards (packed.json): every byte a pack computes on;
 // - a plain checkpoint has none, until `k3 verify MODEL` records one per tensor in a sidecar file
 //   next to the shards, CHECKSUMS_NAME, and checks them on later runs.
 //
@@ -9,11 +10,13 @@
 //     files: [{ file, size, header_sha256 }],          the shards as they were when recorded
 //     tensors: { "<name>": { file, offset, length, sha256 } } }    offset absolute in the file
 // A sidecar whose shards changed (size or header) is refused: the digests would be of other bytes.
+// So is one that lacks a tensor the run would read (as `k3 verify` refuses it): no byte is
+// computed on unchecked because its entry went missing.
 
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { MANIFEST_NAME, isPackedDir, readManifest } from '../checkpoint/packed.js';
+import { MANIFEST_NAME, expertSourceDir, isPackedDir, readManifest } from '../checkpoint/packed.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { writeFileAtomic } from '../util/stale-tmp.js';
@@ -43,13 +46,28 @@ export function withChecksums(dir: string, entries: Map<string, TensorEntry>, re
 export function knownRanges(dir: string, entries: Map<string, TensorEntry>): CheckedRange[] {
   const out: CheckedRange[] = [];
   if (isPackedDir(dir)) {
-    for (const r of readManifest(dir).records) out.push({ what: `record ${r.name}`, file: path.join(dir, r.file), offset: r.offset, length: r.length, sha256: r.sha256 });
+    // The manifest covers every byte: its records, and each in-place expert's run in the source.
+    const m = readManifest(dir);
+    for (const r of m.records) out.push({ what: `record ${r.name}`, file: path.join(dir, r.file), offset: r.offset, length: r.length, sha256: r.sha256 });
+    const ex = m.experts;
+    if (ex?.in_place) {
+      const src = expertSourceDir(dir, m, ex);
+      for (const [prefix, [fi, off]] of Object.entries(ex.at)) out.push({ what: `expert ${prefix}`, file: path.join(src, ex.files[fi]!), offset: off, length: ex.expert_bytes, sha256: ex.sha256![prefix]! });
+    }
+    return out;
   }
-  // Sidecars where the tensors live (the model directory; for a pack, also its in-place experts' source).
+  // Sidecars where the tensors live (the model directory).
   const dirs = new Set([...entries.values()].map((e) => path.dirname(e.file)));
   for (const d of dirs) {
     const sc = readSidecar(d);
-    if (sc) for (const [name, t] of Object.entries(sc.tensors)) out.push({ what: `tensor ${name}`, file: path.join(d, t.file), offset: t.offset, length: t.length, sha256: t.sha256 });
+    if (!sc) continue;
+    for (const e of entries.values()) {
+      if (path.dirname(e.file) !== d) continue;
+      const t = sc.tensors[e.name];
+      if (!t) throw new UserError(`${path.join(d, CHECKSUMS_NAME)}: no checksum for tensor ${e.name}; k3 verify ${d} --record records them again`);
+      if (t.file !== path.basename(e.file) || t.offset !== e.offset || t.length !== e.nbytes) throw new UserError(`${path.join(d, CHECKSUMS_NAME)}: the checksum of tensor ${e.name} is of other bytes (${t.file} at ${t.offset}, ${t.length} bytes); k3 verify ${d} --record records them again`);
+    }
+    for (const [name, t] of Object.entries(sc.tensors)) out.push({ what: `tensor ${name}`, file: path.join(d, t.file), offset: t.offset, length: t.length, sha256: t.sha256 });
   }
   return out;
 }

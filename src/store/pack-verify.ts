@@ -1,5 +1,6 @@
 // `k3 pack --verify`: recompute every record's sha256 and check the data files and, for experts
-// left in place, the source shards they live in.
+// left in place, the source shards they live in and every expert's sha256. (The manifest's own
+// digest is checked by readManifest: an edited manifest stops here with exit 4.)
 
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -10,6 +11,8 @@ import { DEFAULT_CHUNK, pushChunks, sameJson, shardIdentity, streamChunks, type 
 export interface VerifyResult {
   dir: string;
   records: number;
+  /** In-place experts hashed (0 when the experts are packed records or absent). */
+  experts: number;
   bytes: number;
   /** Records whose bytes no longer hash to the manifest's sha256. */
   mismatches: { record: string; file: string; offset: number; length: number; expected: string; actual: string }[];
@@ -50,13 +53,29 @@ export async function verifyPack(dir: string, opts: { chunkBytes?: number; onPro
     };
     total += r.length;
   }
-  if (m.experts?.in_place) {
+  const ex = m.experts;
+  if (ex?.in_place) {
     try {
-      const src = expertSourceDir(dir, m, m.experts);
-      const ids = shardIdentity(m.experts.files.map((f) => path.join(src, f)));
+      const src = expertSourceDir(dir, m, ex);
+      const ids = shardIdentity(ex.files.map((f) => path.join(src, f)));
       for (const id of ids) {
         const rec = m.source_shards.find((s) => s.file === id.file);
         if (!rec || !sameJson(rec, id)) problems.push(`source shard ${path.join(src, id.file)} changed since packing (size or header); repack`);
+      }
+      ex.files.forEach((f, i) => sizes.set(`expert:${i}`, ids[i]!.size));
+      for (const [prefix, [fi, off]] of Object.entries(ex.at)) {
+        const file = path.join(src, ex.files[fi] ?? '?');
+        const want = ex.sha256![prefix]!;
+        const size = sizes.get(`expert:${fi}`);
+        if (size === undefined || off + ex.expert_bytes > size) {
+          mismatches.push({ record: `expert ${prefix}`, file, offset: off, length: ex.expert_bytes, expected: want, actual: 'unreadable' });
+          continue;
+        }
+        pushChunks(chunks, file, off, -1, 0, ex.expert_bytes, 0, createHash('sha256'), chunkBytes);
+        chunks[chunks.length - 1]!.done = (hex) => {
+          if (hex !== want) mismatches.push({ record: `expert ${prefix}`, file, offset: off, length: ex.expert_bytes, expected: want, actual: hex });
+        };
+        total += ex.expert_bytes;
       }
     } catch (e) {
       problems.push(e instanceof Error ? e.message : String(e));
@@ -67,5 +86,5 @@ export async function verifyPack(dir: string, opts: { chunkBytes?: number; onPro
     done += n;
     opts.onProgress?.(done, total);
   });
-  return { dir, records: m.records.length, bytes: total, mismatches, problems, seconds: (performance.now() - t0) / 1000 };
+  return { dir, records: m.records.length, experts: m.experts?.in_place ? Object.keys(m.experts.at).length : 0, bytes: total, mismatches, problems, seconds: (performance.now() - t0) / 1000 };
 }

@@ -12,6 +12,7 @@ import {
   PACK_FORMAT,
   PACK_VERSION,
   PACK_VERSION_CODED,
+  manifestDigest,
   readManifest,
   readPackedDir,
   type ExpertTemplateItem,
@@ -295,16 +296,18 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     if (!fs.statSync(outAbs).isDirectory()) throw new UserError(`pack: ${opts.out} exists and is not a directory`);
     if (fs.existsSync(path.join(outAbs, MANIFEST_NAME))) {
       let m: PackManifest | null;
+      let why = '';
       try {
         m = readManifest(outAbs);
-      } catch {
+      } catch (e) {
         m = null;
+        why = e instanceof Error ? e.message : String(e);
       }
       if (m && m.source === modelAbs && m.config_sha256 === configSha && sameJson(m.source_shards, sourceShards) && sameJson(m.options, options)) {
         readPackedDir(outAbs); // data files present with their sizes
         return { out: outAbs, skipped: true, manifest: m, bytes: 0, seconds: (performance.now() - t0) / 1000 };
       }
-      const what = !m ? 'an unreadable pack manifest' : m.source !== modelAbs ? `a pack of ${m.source}` : m.config_sha256 !== configSha || !sameJson(m.source_shards, sourceShards) ? `a pack of an earlier version of ${m.source}` : `a pack made with other options (${JSON.stringify(m.options)})`;
+      const what = !m ? `a pack manifest this build refuses (${why})` : m.source !== modelAbs ? `a pack of ${m.source}` : m.config_sha256 !== configSha || !sameJson(m.source_shards, sourceShards) ? `a pack of an earlier version of ${m.source}` : `a pack made with other options (${JSON.stringify(m.options)})`;
       throw new UserError(`pack: ${opts.out} already holds ${what}; remove it or choose another OUT`);
     }
     if (fs.readdirSync(outAbs).length > 0) throw new UserError(`pack: ${opts.out} exists and is not a packed directory; choose another OUT`);
@@ -368,13 +371,28 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
       };
       total += r.rec.length;
     }
+    // Experts left in place: each run's sha256, from the bytes read now (a later run checks each
+    // expert's first read against it, and pack --verify all of them).
+    const expertSha = new Map<string, string>();
+    const hashChunks: Chunk[] = [];
+    let hashed = 0;
+    if (plan.inPlace) {
+      const runBytes = plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0);
+      for (const [prefix, a] of plan.inPlaceAt) {
+        pushChunks(hashChunks, a.file, a.offset, -1, 0, runBytes, 0, createHash('sha256'), chunkBytes);
+        hashChunks[hashChunks.length - 1]!.done = (hex) => void expertSha.set(prefix, hex);
+        hashed += runBytes;
+      }
+    }
     let done = 0;
-    opts.onProgress?.(0, total);
-    await streamChunks(chunks, chunkBytes, dstPaths, (n) => {
+    opts.onProgress?.(0, total + hashed);
+    const progress = (n: number) => {
       stopIfAborted();
       done += n;
-      opts.onProgress?.(done, total);
-    });
+      opts.onProgress?.(done, total + hashed);
+    };
+    await streamChunks(chunks, chunkBytes, dstPaths, progress);
+    await streamChunks(hashChunks, chunkBytes, [], progress);
 
     const tensors: Record<string, PackedTensor> = {};
     records.forEach((r, ri) => {
@@ -391,7 +409,8 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
         const exFiles = [...new Set([...plan.inPlaceAt.values()].map((a) => path.basename(a.file)))].sort();
         const at: Record<string, [number, number]> = {};
         for (const [prefix, a] of plan.inPlaceAt) at[prefix] = [exFiles.indexOf(path.basename(a.file)), a.offset];
-        experts = { in_place: true, dir: path.relative(outAbs, modelAbs) || '.', source_dir: modelAbs, files: exFiles, expert_bytes: plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0), template: plan.template, at };
+        const sha256 = Object.fromEntries([...plan.inPlaceAt.keys()].map((prefix) => [prefix, expertSha.get(prefix)!]));
+        experts = { in_place: true, dir: path.relative(outAbs, modelAbs) || '.', source_dir: modelAbs, files: exFiles, expert_bytes: plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0), template: plan.template, at, sha256 };
       } else {
         const exFiles = [...new Set(expertRecs.map((r) => r.fileIndex))].sort((a, b) => a - b);
         const at: Record<string, [number, number]> = {};
@@ -419,6 +438,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
       total_bytes: files.reduce((s, f) => s + f.size, 0),
       tensor_count: entries.size - plan.dropped.length,
     };
+    manifest.manifest_sha256 = manifestDigest(manifest);
     stopIfAborted();
     fs.rmSync(codedDir, { recursive: true, force: true });
     fs.writeFileSync(path.join(tmp, MANIFEST_NAME), manifestJson(manifest));
