@@ -166,7 +166,7 @@ test('a state file from another model, or cut short, is refused with a message n
   try {
     const st = kl.newState();
     await kl.forward(st, [1, 2, 3], 'none');
-    saveState(foreign, st);
+    saveState(foreign, kl, st);
   } finally {
     await kl.close();
   }
@@ -186,7 +186,7 @@ test('a state file from another model, or cut short, is refused with a message n
     const st = model.newState();
     await model.forward(st, [5, 6, 7, 8], 'none');
     const good = join(tmp, 'good.k3s');
-    saveState(good, st, [9]);
+    saveState(good, model, st, [9]);
     const back = loadState(good, model);
     assert.deepEqual(back.state.tokens, [5, 6, 7, 8]);
     assert.deepEqual(back.pending, [9]);

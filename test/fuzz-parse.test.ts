@@ -159,7 +159,7 @@ test('fuzz: damaged state files are refused naming the file; intact ones load th
     const st = model.newState();
     await model.forward(st, [5, 6, 7, 8], 'none');
     const good = path.join(TMP, 'good.k3s');
-    saveState(good, st, [9]);
+    saveState(good, model, st, [9]);
     const bytes = fs.readFileSync(good);
     const hlen = bytes.readUInt32LE(12);
     const header = JSON.parse(bytes.subarray(16, 16 + hlen).toString('utf8')) as Record<string, unknown>;

@@ -180,7 +180,7 @@ test('state files: a flipped byte, a NaN with a valid checksum, a cut file are r
     const st = model.newState();
     await model.forward(st, [5, 6, 7], 'none');
     const good = path.join(TMP, 'good.k3s');
-    saveState(good, st);
+    saveState(good, model, st);
     assert.deepEqual(loadState(good, model).state.tokens, [5, 6, 7]);
     const bytes = fs.readFileSync(good);
     const flipped = path.join(TMP, 'flipped.k3s');
@@ -192,7 +192,7 @@ test('state files: a flipped byte, a NaN with a valid checksum, a cut file are r
     const kda = st.kda.find((k) => k)!;
     kda.S[3] = NaN;
     const nan = path.join(TMP, 'nan.k3s');
-    saveState(nan, st);
+    saveState(nan, model, st);
     assert.throws(() => loadState(nan, model), (e: unknown) => e instanceof UserError && e.message.includes(nan) && /NaN/.test(e.message));
   } finally {
     await model.close();

@@ -1,7 +1,8 @@
 // Every byte a pack computes on is checked: the in-place experts (a digest each, recorded at pack
 // time), packed.json itself (its own digest; no unknown key), and each part of a record the first
-// time it is read (a transient flip in a small tensor is caught without --verify-reads). And a
-// sidecar missing an entry is refused by run as by verify.
+// time it is read (a transient flip in a small tensor is caught without --verify-reads). Plus the
+// lesser promises: a sidecar missing an entry is refused by run as by verify, and a state file is
+// refused by a model with the same shapes but other weights.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +13,9 @@ import * as path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { CLI, GOLDEN } from './helpers.js';
 import { Model } from '../src/model/model.js';
+import { loadState, saveState } from '../src/generate/state-file.js';
+import { synthCheckpoint } from '../src/synth/synth.js';
+import { UserError } from '../src/util/errors.js';
 import { CHECKSUMS_NAME } from '../src/store/checksums.js';
 
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'k3-pack-integrity-'));
@@ -178,4 +182,35 @@ test('k3 run refuses a sidecar that lacks a tensor (as k3 verify does)', () => {
   fs.writeFileSync(file, JSON.stringify(sc));
   assertOneLine(k3(['run', dir, ...IDS]), 2, name, CHECKSUMS_NAME);
   assertOneLine(k3(['verify', dir]), 2, name);
+});
+
+test('a state saved from one model is refused by another with the same shapes but other weights; a pack of it loads it', async () => {
+  const a = path.join(TMP, 'seed-a');
+  const b = path.join(TMP, 'seed-b');
+  await synthCheckpoint({ arch: 'k3', out: a, vocab: 300, seed: 1 });
+  await synthCheckpoint({ arch: 'k3', out: b, vocab: 300, seed: 2 });
+  const ma = Model.open(a, { ctx: 64 });
+  const file = path.join(TMP, 'a.k3s');
+  try {
+    const st = ma.newState();
+    await ma.forward(st, [5, 6, 7], 'none');
+    saveState(file, ma, st);
+    assert.deepEqual(loadState(file, ma).state.tokens, [5, 6, 7]);
+  } finally {
+    await ma.close();
+  }
+  const mb = Model.open(b, { ctx: 64 });
+  try {
+    assert.throws(() => loadState(file, mb), (e: unknown) => e instanceof UserError && e.message.includes(file) && /different model/.test(e.message) && /weights/.test(e.message));
+  } finally {
+    await mb.close();
+  }
+  const packed = path.join(TMP, 'seed-a-packed');
+  assert.equal(k3(['pack', a, packed, '--compress']).code, 0);
+  const mp = Model.open(packed, { ctx: 64 });
+  try {
+    assert.deepEqual(loadState(file, mp).state.tokens, [5, 6, 7], 'the same weights, packed');
+  } finally {
+    await mp.close();
+  }
 });

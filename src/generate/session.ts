@@ -239,7 +239,7 @@ export class ChatSession {
 
   save(file: string): number {
     if (!this.consistent) throw new UserError(`${file}: not saved: the last turn was interrupted while its prompt was read, so the state is rebuilt on the next turn; save after it`);
-    return saveState(file, this.state, this.history.slice(this.state.position), this.open);
+    return saveState(file, this.model, this.state, this.history.slice(this.state.position), this.open);
   }
 
   load(file: string): LoadedState {

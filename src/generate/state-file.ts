@@ -12,6 +12,9 @@
 //            yet run through the model
 //   32 bytes sha256 of every byte before it (version 2): a flipped byte anywhere is refused, and
 //            so is a NaN / inf in the arrays (a state no forward pass can have produced)
+// The fingerprint is of the shapes and of the weights (`weightsFingerprint`): a state saved from
+// one model is refused by another with the same shapes but other weights (another seed, another
+// fine-tune), and accepted by a pack of the same checkpoint.
 // A file whose fingerprint differs from the model's, or whose size is not what the header says,
 
 import { createHash } from 'node:crypto';
@@ -65,12 +68,49 @@ export function shapeFingerprint(cfg: ModelConfig): ShapeFingerprint {
   };
 }
 
-function describe(f: ShapeFingerprint): string {
-  return `${f.arch}, ${f.layers} layers, hidden ${f.hidden}, vocab ${f.vocab}, config ${f.configHash}`;
+/** What a state file says of its model: the shapes, and the weights. */
+export type ModelFingerprint = ShapeFingerprint & { weights: string };
+
+const weightPrints = new WeakMap<Model, string>();
+
+/**
+ * sha256 (first 16 hex digits) of the small tensors (norms, gains, biases, conv taps) as stored:
+ * every trained checkpoint has its own, a pack copies them byte for byte (never coded), and they
+ * are a few MB even for K3, read once per model (here, not through the checked reader: no token
+ * is computed from these bytes).
+ */
+export function weightsFingerprint(model: Model): string {
+  let fp = weightPrints.get(model);
+  if (fp !== undefined) return fp;
+  const h = createHash('sha256');
+  const smalls = [...model.store.layout.smalls.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const fds = new Map<string, number>();
+  try {
+    for (const e of smalls) {
+      let fd = fds.get(e.file);
+      if (fd === undefined) fds.set(e.file, (fd = fs.openSync(e.file, 'r')));
+      const b = Buffer.alloc(e.nbytes);
+      if (fs.readSync(fd, b, 0, e.nbytes, e.offset) !== e.nbytes) throw new UserError(`${e.file}: short read of tensor ${e.name}`);
+      h.update(`${e.name}\0${e.dtype}\0${e.shape.join(',')}\0`).update(b);
+    }
+  } finally {
+    for (const fd of fds.values()) fs.closeSync(fd);
+  }
+  fp = h.digest('hex').slice(0, 16);
+  weightPrints.set(model, fp);
+  return fp;
+}
+
+function modelFingerprint(model: Model): ModelFingerprint {
+  return { ...shapeFingerprint(model.config), weights: weightsFingerprint(model) };
+}
+
+function describe(f: ModelFingerprint): string {
+  return `${f.arch}, ${f.layers} layers, hidden ${f.hidden}, vocab ${f.vocab}, config ${f.configHash}, weights ${f.weights ?? 'unknown'}`;
 }
 
 interface StateHeader {
-  fingerprint: ShapeFingerprint;
+  fingerprint: ModelFingerprint;
   processed: number;
   pending: number;
   /** The last reply was cut (no stop id): the next turn closes it first. */
@@ -95,14 +135,14 @@ function asBytes(a: ArrayBufferView): Buffer {
   return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 }
 
-/** Write `state` (+ `pending` ids) to `file` atomically. */
-export function saveState(file: string, state: SequenceState, pending: readonly number[] = [], open = false): number {
+/** Write `state` of `model` (+ `pending` ids) to `file` atomically. */
+export function saveState(file: string, model: Model, state: SequenceState, pending: readonly number[] = [], open = false): number {
   if (os.endianness() !== 'LE') throw new UserError('state files are little-endian; this machine is not');
   for (const m of state.mla) {
     if (m && m.length !== state.position) throw new Error(`MLA cache holds ${m.length} positions, state ${state.position}`);
   }
   const arrays = stateArrays(state);
-  const header: StateHeader = { fingerprint: shapeFingerprint(state.cfg), processed: state.position, pending: pending.length, open, arrays: arrays.map((a) => a.length) };
+  const header: StateHeader = { fingerprint: modelFingerprint(model), processed: state.position, pending: pending.length, open, arrays: arrays.map((a) => a.length) };
   const json = Buffer.from(JSON.stringify(header), 'utf8');
   const pre = Buffer.alloc(16);
   pre.write(STATE_MAGIC, 0, 'latin1');
@@ -197,7 +237,7 @@ export function loadState(file: string, model: Model): LoadedState {
     if (!h || typeof h !== 'object' || !h.fingerprint || !Number.isInteger(h.processed) || !Number.isInteger(h.pending) || h.processed < 0 || h.pending < 0 || !Array.isArray(h.arrays)) {
       throw new UserError(`${file}: state file header is corrupt`);
     }
-    const mine = shapeFingerprint(model.config);
+    const mine = modelFingerprint(model);
     if (JSON.stringify(h.fingerprint) !== JSON.stringify(mine)) {
       throw new UserError(`${file}: state was saved from a different model (${describe(h.fingerprint)}; this model: ${describe(mine)})`);
     }
