@@ -4,6 +4,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../util/errors.js';
+import { visionOnlyShards } from './multimodal.js';
 import { MANIFEST_NAME, readPackedDir } from './packed.js';
 import { readSafetensorsHeader, type TensorEntry } from './safetensors.js';
 
@@ -26,15 +27,23 @@ export function indexCheckpointDir(dir: string): Map<string, TensorEntry> {
     const wm = idx.weight_map;
     if (!wm || typeof wm !== 'object') throw new UserError(`${indexFile}: no "weight_map" object`);
     const shards = [...new Set(Object.values(wm))].sort();
+    // A shard of vision tensors only may be absent (`k3 pull` skips them): its tensors are never read.
+    const optional = visionOnlyShards(wm);
+    const absent = new Set<string>();
     for (const shard of shards) {
       if (typeof shard !== 'string' || shard.includes('/') || shard.includes('\\')) {
         throw new UserError(`${indexFile}: bad shard name ${JSON.stringify(shard)}`);
       }
       const file = path.join(dir, shard);
+      if (optional.has(shard) && !fs.existsSync(file)) {
+        absent.add(shard);
+        continue;
+      }
       if (!fs.existsSync(file)) throw new UserError(`${indexFile}: shard ${shard} is listed but missing`);
       for (const e of readSafetensorsHeader(file)) map.set(e.name, e);
     }
     for (const [name, shard] of Object.entries(wm)) {
+      if (absent.has(shard)) continue;
       const e = map.get(name);
       if (!e) throw new UserError(`${path.join(dir, shard)}: tensor ${name} is in the index but not in the shard`);
       if (path.basename(e.file) !== shard) {

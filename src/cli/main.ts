@@ -18,6 +18,7 @@ const COMMANDS: Record<string, () => Promise<{ command: Command }>> = {
   logits: () => import('./logits.js'),
   info: () => import('./info.js'),
   plan: () => import('./plan.js'),
+  pull: () => import('./pull.js'),
   pack: () => import('./pack.js'),
   verify: () => import('./verify.js'),
   chat: () => import('./chat.js'),
