@@ -7,7 +7,7 @@ import * as fc from 'fast-check';
 import { UserError } from '../src/util/errors.js';
 
 /** Cases of all fuzz tests together at the default scale (the test suite's share). */
-export const BASE_TOTAL = 12_240; // 11,500 in-process (fuzz-parse) + 300 (verified-reader) + 40 spawned (fuzz-cli) + 400 HTTP bodies (fuzz-http)
+export const BASE_TOTAL = 12_246; // 11,500 in-process (fuzz-parse) + 300 (verified-reader) + 40 spawned (fuzz-cli) + 400 HTTP bodies (fuzz-http) + 6 server batches (fuzz-serve)
 
 /** The runs of one property: its default count, times FUZZ_RUNS / BASE_TOTAL when set (at most `maxScale` times, for properties that spawn processes). */
 export function runs(base: number, maxScale = Infinity): number {

@@ -14,8 +14,8 @@ export interface Serving {
   stop(): Promise<number | null>;
 }
 
-export async function startServe(model: string, extra: string[] = []): Promise<Serving> {
-  const proc = spawn(process.execPath, [CLI, 'serve', model, '--port', '0', '--threads', '1', '--ctx', '512', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+export async function startServe(model: string, extra: string[] = [], env: Record<string, string> = {}): Promise<Serving> {
+  const proc = spawn(process.execPath, [CLI, 'serve', model, '--port', '0', '--threads', '1', '--ctx', '512', ...extra], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
   let err = '';
   const url = await new Promise<string>((resolve, reject) => {
     proc.stderr!.on('data', (d: Buffer) => {
@@ -39,8 +39,8 @@ export async function startServe(model: string, extra: string[] = []): Promise<S
 }
 
 /** POST a JSON body (or a raw string) and return the status and the parsed JSON answer. */
-export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any }> {
-  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+export async function post(url: string, body: unknown, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<{ status: number; json: any }> {
+  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body), signal });
   const text = await r.text();
   let json: unknown;
   try {

@@ -45,7 +45,10 @@ test('health, models and Prometheus metrics', async () => {
   assert.deepEqual((await m.json()).data.map((d: { id: string }) => d.id), ['demo-k3']);
   const page = await fetch(`${srv.url}/`);
   assert.match(await page.text(), /<script>[\s\S]*\/v1\/chat\/completions/);
-  const text = await (await fetch(`${srv.url}/metrics`)).text();
+  // the counters are behind the key too (issue 44); /health and the page are not
+  assert.equal((await fetch(`${srv.url}/metrics`)).status, 401);
+  assert.equal((await fetch(`${srv.url}/metrics`, { headers: { authorization: 'Bearer wrong' } })).status, 401);
+  const text = await (await fetch(`${srv.url}/metrics`, { headers: AUTH })).text();
   for (const name of ['k3_http_requests_total', 'k3_prompt_tokens_total', 'k3_completion_tokens_total', 'k3_decode_tokens_per_second', 'k3_expert_hit_rate', 'k3_read_gigabytes_total', 'k3_queue_length']) assert.match(text, new RegExp(`^${name}(\\{[^}]*\\})? [0-9.e+-]+$`, 'm'), name);
 });
 
@@ -124,9 +127,9 @@ test('a follow-up turn continues from the held state: cached_tokens, only the ne
   const first = user('What is a fox?');
   const r1 = await chat({ messages: first, max_tokens: 6, temperature: 0 });
   const next = [...first, { role: 'assistant', content: r1.json.choices[0].message.content }, { role: 'user', content: 'And a dog?' }];
-  const before = await (await fetch(`${srv.url}/metrics`)).text();
+  const before = await (await fetch(`${srv.url}/metrics`, { headers: AUTH })).text();
   const r2 = await chat({ messages: next, max_tokens: 6, temperature: 0 });
-  const after = await (await fetch(`${srv.url}/metrics`)).text();
+  const after = await (await fetch(`${srv.url}/metrics`, { headers: AUTH })).text();
   const cached = r2.json.usage.prompt_tokens_details.cached_tokens;
   assert.ok(cached >= r1.json.usage.prompt_tokens, `cached ${cached} < previous prompt ${r1.json.usage.prompt_tokens}`);
   const metric = (t: string, name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(t)![1]);
@@ -158,7 +161,7 @@ test('a client abort mid-stream stops its sequence; the server stays healthy; a 
   assert.equal(c.status, 429, JSON.stringify(c.json));
   await rdA.cancel();
   assert.equal((await b).status, 200);
-  const m = await (await fetch(`${srv.url}/metrics`)).text();
+  const m = await (await fetch(`${srv.url}/metrics`, { headers: AUTH })).text();
   assert.match(m, /^k3_active_sequences 0$/m);
   assert.match(m, /^k3_queue_length 0$/m);
 });

@@ -37,6 +37,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
       drafter: new NgramDrafter(),
       chunk,
       recorder,
+      signal: opts.signal,
       pick: (logits, generated) => {
         chosenFrom = logits;
         if (!c) return sampler.sample(logits, history(generated), V);

@@ -1,7 +1,11 @@
 // One loop that runs every generation of a model: requests are queued, admitted up to
-// `parallel` at a time, their prompts prefilled one by one (each continuing from the longest
-// held prefix state, prefix-cache.ts), and then all decoding sequences advance together, one
-// token each, through one multi-sequence forward (Model.forwardBatch). Only this loop calls the
+// `parallel` at a time, their prompts prefilled (each continuing from the longest held prefix
+// state, prefix-cache.ts), and all decoding sequences advance together, one token
+// each, through one multi-sequence forward (Model.forwardBatch). Prompts go in one chunk per
+// turn of the loop (taking turns when several are going in), between decode steps, and the
+// loop returns to the event loop after every forward: a long prompt delays others' tokens,
+// /health or a stop by one chunk's time, never its whole prefill, a short prompt that comes
+// meanwhile is not stuck behind it, and it can be aborted between chunks. Only this loop calls the
 // model, so two forward passes never run at once on it. forwardBatch gives each sequence the
 // same bytes as a forward of it alone, and each sequence samples with its own Sampler: a
 // request's output does not depend on what else runs (docs/NUMERICS.md).
@@ -10,6 +14,7 @@ import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { Sampler } from '../generate/sampling.js';
+import { prefillStep } from '../generate/prefill.js';
 import { TextStopper, type StopReason } from '../generate/stop.js';
 import type { Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
@@ -50,6 +55,8 @@ const yieldToEvents = (): Promise<void> => new Promise((r) => setImmediate(r));
 export class Engine {
   private readonly queue: Job[] = [];
   private readonly active: Job[] = [];
+  /** Jobs whose prompts are going in, chunk by chunk, taking turns (the next one first). */
+  private readonly prefilling: Job[] = [];
   private running = false;
   /** A generation that runs alone (exclusive) holds the model; the batched loop waits for it and it for the loop. */
   private held = false;
@@ -67,7 +74,7 @@ export class Engine {
   }
 
   get stats(): EngineStats {
-    return { ...this.totals, active: this.active.length, queued: this.queue.length };
+    return { ...this.totals, active: this.active.length + this.prefilling.length, queued: this.queue.length };
   }
 
   /** Queue a generation; resolves when it ends (stop, limit or abort). */
@@ -123,16 +130,21 @@ export class Engine {
   private async loop(): Promise<void> {
     this.running = true;
     try {
-      while (this.queue.length > 0 || this.active.length > 0) {
+      while (this.queue.length > 0 || this.active.length > 0 || this.prefilling.length > 0) {
         this.dropAborted();
-        if (this.active.length < this.opts.parallel && this.queue.length > 0) {
-          const job = this.queue.shift()!;
-          await this.guard([job], () => this.prefill(job));
-        } else if (this.active.length > 0) {
+        while (this.active.length + this.prefilling.length < this.opts.parallel && this.queue.length > 0) this.admit(this.queue.shift()!);
+        const job = this.prefilling[0];
+        if (job) {
+          await this.guard([job], () => this.prefillChunk(job));
+          if (this.prefilling[0] === job) this.prefilling.push(this.prefilling.shift()!); // the next chunk is another prompt's
+          await yieldToEvents();
+          this.dropAborted();
+        }
+        if (this.active.length > 0) {
           const batch = [...this.active];
           await this.guard(batch, () => this.decodeStep(batch));
+          await yieldToEvents();
         }
-        await yieldToEvents();
       }
     } finally {
       this.running = false;
@@ -148,6 +160,7 @@ export class Engine {
       for (const j of jobs) {
         const i = this.active.indexOf(j);
         if (i >= 0) this.active.splice(i, 1);
+        this.unPrefill(j);
         if (j.state) this.model.release(j.state);
         j.state = null;
         j.fail(e);
@@ -164,18 +177,36 @@ export class Engine {
       }
     }
     for (const j of [...this.active]) if (j.opts.signal?.aborted) this.finish(j, 'aborted');
+    for (const j of [...this.prefilling]) if (j.opts.signal?.aborted) this.finish(j, 'aborted');
   }
 
-  private async prefill(job: Job): Promise<void> {
+  private unPrefill(job: Job): void {
+    const i = this.prefilling.indexOf(job);
+    if (i >= 0) this.prefilling.splice(i, 1);
+  }
+
+  /** Start a job: from the longest held prefix; a prompt held whole (with its logits) decodes at once. */
+  private admit(job: Job): void {
     job.tStart = performance.now();
     const { state, logits: held } = this.cache.take(job.prompt);
     job.state = state;
     job.cached = state.position;
-    const rest = job.prompt.slice(state.position);
-    const logits = held ?? (await this.model.forward(state, rest, 'last', this.opts.chunk));
+    if (held) this.prefilled(job, held);
+    else this.prefilling.push(job);
+  }
+
+  /** The next chunk of the prefilling job's prompt. */
+  private async prefillChunk(job: Job): Promise<void> {
+    const logits = await prefillStep(this.model, job.state!, job.prompt, this.opts.chunk);
+    if (!logits) return;
+    this.unPrefill(job);
+    this.cache.keep(job.state!, logits);
+    this.prefilled(job, logits);
+  }
+
+  private prefilled(job: Job, logits: Float32Array): void {
     job.tPrompt = performance.now();
     job.prefilled = true;
-    this.cache.keep(state, logits);
     this.active.push(job);
     this.emit(job, logits);
   }
@@ -212,6 +243,7 @@ export class Engine {
   private finish(job: Job, reason: StopReason | 'aborted'): void {
     const i = this.active.indexOf(job);
     if (i >= 0) this.active.splice(i, 1);
+    this.unPrefill(job);
     if (reason === 'aborted') job.stopper.finish('interrupted');
     if (job.state) {
       if (reason !== 'aborted') this.cache.keep(job.state);
@@ -244,7 +276,7 @@ export class Engine {
 
   /** Wait for the loop to drain, then free the held states. */
   async close(): Promise<void> {
-    for (const j of [...this.queue, ...this.active]) if (!j.opts.signal?.aborted) j.opts.signal = AbortSignal.abort();
+    for (const j of [...this.queue, ...this.active, ...this.prefilling]) if (!j.opts.signal?.aborted) j.opts.signal = AbortSignal.abort();
     this.closing.abort();
     while (this.running || this.held) await yieldToEvents();
     this.cache.clear();

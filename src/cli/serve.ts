@@ -4,25 +4,35 @@ import * as path from 'node:path';
 import * as v8 from 'node:v8';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
+import { untilStopped } from './signals.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { startServer } from '../server/server.js';
 import { samplingDefaults } from '../server/generation-config.js';
 import { UserError } from '../util/errors.js';
 
+/** How long a stop may take before the process exits without waiting (a forward pass at a small
+ *  budget of a big model can take longer; the server has nothing on disk to finish). */
+const STOP_GRACE_MS = 2000;
+
 export const command: Command = {
   summary: 'serve a model over an OpenAI-compatible HTTP API, with a chat page at /',
-  help: `usage: k3 serve MODEL [--host H] [--port P] [--api-key KEY] [--parallel N] [model options]
+  help: `usage: k3 serve MODEL [--host H] [--port P] [--api-key KEY [--metrics-open]] [--parallel N] [model options]
 
 Serves POST /v1/chat/completions (streamed or not), POST /v1/completions, GET /v1/models,
 POST /v1/messages (Anthropic's), Ollama's /api/chat, /api/generate, /api/tags, /api/show,
 /api/ps and /api/version, GET /health, GET /metrics (Prometheus) and a chat page at GET /. Requests are decoded together
 (up to --parallel at a time, each with the same output as alone); a request whose tokens start
 with a state the server still holds continues from it (usage.prompt_tokens_details.cached_tokens).
-Stops on SIGINT / SIGTERM.
+A prompt longer than --ctx allows gets a 400 before any compute; a long prompt goes in one chunk
+(--chunk tokens) at a time, between other requests' tokens. A failed weight read fails the
+requests of that forward pass (500) and the server goes on. Stops on SIGINT / SIGTERM within
+about 2 s (a second signal: at once).
 
   --host H          address to listen on (default 127.0.0.1)
   --port P          port (default 8080; 0 = any free port, printed at start)
-  --api-key KEY     require "Authorization: Bearer KEY" on /v1/ and /api/ routes (default: env K3_API_KEY, else none)
+  --api-key KEY     require "Authorization: Bearer KEY" on /v1/ and /api/ routes and /metrics (default: env
+                    K3_API_KEY, else none; an empty key is refused)
+  --metrics-open    with a key: /metrics answers without it (e.g. for a scraper on a trusted network)
   --name NAME       model name in /v1/models and responses (default: the directory's name)
   --parallel N      sequences decoded together (default 4)
   --queue N         requests waiting beyond those before answering 429 (default 64)
@@ -46,7 +56,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'serve',
       args,
-      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, 'max-tokens': { type: 'string', short: 'n' }, 'no-thinking': { type: 'boolean' }, 'vendor-params': { type: 'boolean' }, ...MODEL_OPTIONS },
+      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, 'max-tokens': { type: 'string', short: 'n' }, 'no-thinking': { type: 'boolean' }, 'vendor-params': { type: 'boolean' }, 'metrics-open': { type: 'boolean' }, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -56,6 +66,8 @@ ${MODEL_HELP}`,
     const maxQueue = parseIntFlag('serve', 'queue', values.queue, 64, 0);
     const bodyLimit = parseIntFlag('serve', 'body-limit', values['body-limit'], 4 << 20, 1);
     const defaultMaxTokens = values['max-tokens'] === undefined ? undefined : parseIntFlag('serve', 'max-tokens', values['max-tokens'], 1, 1);
+    const apiKey = values['api-key'] ?? process.env.K3_API_KEY;
+    if (apiKey === '') throw new UserError(`serve: ${values['api-key'] !== undefined ? '--api-key' : 'K3_API_KEY'} is empty: no request could pass it (give a key, or none to serve without one)`);
     checkModelDir('serve', dir);
     const defaults = samplingDefaults(dir);
     const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel };
@@ -64,17 +76,13 @@ ${MODEL_HELP}`,
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;
     try {
-      srv = await startServer(kimi, { host: values.host, port, apiKey: values['api-key'] ?? process.env.K3_API_KEY, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
+      srv = await startServer(kimi, { host: values.host, port, apiKey, metricsOpen: values['metrics-open'] ?? false, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
     } catch (e) {
       await kimi.close();
       throw e;
     }
     process.stderr.write(`k3 serve: ${name} (${kimi.architecture}) on ${srv.url} (parallel ${parallel})\n`);
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
+    await untilStopped('k3 serve', STOP_GRACE_MS);
     process.stderr.write('k3 serve: stopping\n');
     await srv.close();
     await kimi.close();

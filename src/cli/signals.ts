@@ -1,6 +1,7 @@
 // SIGINT / SIGTERM for commands that write files: the library code takes an AbortSignal and
 // cleans up after itself; the CLI turns the first signal into an abort with an Interrupted
-// error (one line, exit 130). A second signal exits at once.
+// error (one line, exit 130). A second signal exits at once. A server stops within a bounded
+// time (untilStopped).
 
 import { Interrupted } from '../util/errors.js';
 
@@ -14,6 +15,30 @@ export function stopOnSignals(what: string): AbortSignal {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   return ac.signal;
+}
+
+/**
+ * For a command that runs until stopped (`k3 serve`): resolves at the first SIGINT or SIGTERM,
+ * after which the caller shuts down in order. A second signal exits at once (130), and so does
+ * a shutdown still running after `graceMs` (exit 1, one line): a stop never waits on a forward
+ * pass or a read that will not end. The timer does not keep the process alive.
+ */
+export function untilStopped(what: string, graceMs: number): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    const first = (sig: NodeJS.Signals) => {
+      process.off('SIGINT', first);
+      process.off('SIGTERM', first);
+      process.once('SIGINT', () => process.exit(130));
+      process.once('SIGTERM', () => process.exit(130));
+      setTimeout(() => {
+        process.stderr.write(`${what}: not stopped ${graceMs / 1000} s after ${sig}; exiting without waiting\n`);
+        process.exit(1);
+      }, graceMs).unref();
+      resolve(sig);
+    };
+    process.on('SIGINT', first);
+    process.on('SIGTERM', first);
+  });
 }
 
 /**

@@ -3,6 +3,7 @@
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
+import { prefill } from './prefill.js';
 import type { RunRecorder } from './report.js';
 
 export function argmax(logits: ArrayLike<number>, offset = 0, n = logits.length - offset): number {
@@ -27,6 +28,8 @@ export interface GenerateOptions {
   /** Sees each id as it is chosen; return true to stop after it. */
   onToken?: (id: number) => boolean | void;
   recorder?: RunRecorder;
+  /** Stops the prompt at the next chunk (nothing is generated then). */
+  signal?: AbortSignal;
 }
 
 export interface GreedyResult {
@@ -41,11 +44,14 @@ export async function greedy(model: Model, state: SequenceState, prompt: number[
   const V = model.config.vocabSize;
   const pick = opts.pick ?? ((l: Float32Array) => argmax(l, 0, V));
   const t0 = performance.now();
-  let logits = await model.forward(state, prompt, 'last', opts.chunk);
+  const first = await prefill(model, state, prompt, opts.chunk, opts.signal);
   const prefillSeconds = (performance.now() - t0) / 1000;
-  opts.recorder?.prefillDone(prompt.length);
   const generated: number[] = [];
   const stepSeconds: number[] = [];
+  // stopped within the prompt: the report counts the tokens that went in
+  opts.recorder?.prefillDone(first ? prompt.length : state.position);
+  if (!first) return { generated, prefillSeconds, stepSeconds };
+  let logits = first;
   for (let i = 0; i < n; i++) {
     const id = pick(logits, generated);
     if (i === 0) opts.recorder?.firstToken();

@@ -9,6 +9,7 @@ import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
 import type { Drafter } from './draft.js';
 import { argmax, type GenerateOptions, type GreedyResult } from './greedy.js';
+import { prefill } from './prefill.js';
 
 /** The id chosen at a position, and whether it is the draft offered there. */
 export interface Choice {
@@ -113,10 +114,12 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     return opts.onToken?.(id) === true || generated.length >= n;
   };
   const t0 = performance.now();
-  const logits = await model.forward(state, prompt, 'last', opts.chunk);
+  const logits = await prefill(model, state, prompt, opts.chunk, opts.signal);
   const prefillSeconds = (performance.now() - t0) / 1000;
-  opts.recorder?.prefillDone(prompt.length);
   const stepSeconds: number[] = [];
+  // stopped within the prompt: the report counts the tokens that went in
+  opts.recorder?.prefillDone(logits ? prompt.length : state.position);
+  if (!logits) return { generated, prefillSeconds, stepSeconds };
   const gate = new DraftGate();
   let stopped = emit(choose(logits, undefined).id);
   opts.recorder?.firstToken();

@@ -6,6 +6,7 @@ import { declaredTools, type ChatDelta, type ChatOptions, type ChatResult, type 
 import { UserError } from '../util/errors.js';
 import { k3RequestFromBody, pyLoads } from '../tokenizer/index.js';
 import { chatRequest } from './chat-request.js';
+import { refuseTextPastContext } from './context-limit.js';
 import { badField } from './errors.js';
 import { generationOptions, type GenerationFields } from './params.js';
 import type { Served } from './served.js';
@@ -56,6 +57,13 @@ export function usageOf(r: GenerationResult, promptTokens: number): TurnUsage {
   return { prompt_tokens: promptTokens, completion_tokens: r.ids.length, total_tokens: promptTokens + r.ids.length, prompt_tokens_details: { cached_tokens: cached } };
 }
 
+/** The texts of a message's content (chatRequest has checked its shape). */
+function contentTexts(m: { content?: unknown }): string[] {
+  const c = m.content;
+  if (typeof c === 'string') return [c];
+  return Array.isArray(c) ? c.map((p: { text?: unknown }) => (typeof p.text === 'string' ? p.text : '')) : [];
+}
+
 /** The body with Python's number and key-order semantics (the renderer's), from its text. */
 function pyBody(body: Body, text: string | undefined): unknown {
   if (text === undefined) return body;
@@ -77,6 +85,7 @@ export type TurnSampling = Pick<GenerationFields, 'topK' | 'minP' | 'repetitionP
 export function prepareTurn(served: Served, body: Body, text?: string, sampling: TurnSampling = {}): PreparedTurn {
   const { kimi } = served;
   const { messages, turn } = chatRequest(body);
+  refuseTextPastContext(served, 'messages', messages.flatMap(contentTexts));
   const options = generationOptions(body, served, true);
   Object.assign(options, sampling);
   let prompt: RenderedPrompt;

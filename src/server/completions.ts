@@ -8,6 +8,7 @@ import type { GenerationResult, KimiModel, TokenEvent } from '../api/index.js';
 import { ApiError, badField, sendJson } from './errors.js';
 import { bool, generationOptions } from './params.js';
 import { prepareTurn, usageOf, type TurnDelta } from './chat-turn.js';
+import { refuseTextPastContext } from './context-limit.js';
 import { EventStream, clientGone } from './sse.js';
 import type { Served } from './served.js';
 
@@ -99,6 +100,7 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   let ids: number[];
   if (typeof p === 'string') {
     if (!s.kimi.tokenizer) throw badField('prompt', 'text prompts need the tokenizer files; give token ids');
+    refuseTextPastContext(s, 'prompt', [p]);
     ids = s.kimi.tokenize(p);
   } else if (Array.isArray(p) && p.length > 0 && p.every((x) => Number.isInteger(x))) ids = p as number[];
   else throw badField('prompt', 'must be a string or a non-empty array of token ids (one prompt: n = 1)');
@@ -106,7 +108,10 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   const V = s.kimi.vocabSize;
   const bad = ids.find((x) => x < 0 || x >= V);
   if (bad !== undefined) throw badField('prompt', `token id ${bad} is out of range (vocabulary ${V})`);
+  const room = s.maxContext - ids.length;
+  if (room < 1) throw badField('prompt', `the prompt is ${ids.length} tokens; this server holds ${s.maxContext} tokens of context`);
   const opts = generationOptions(b, s, false);
+  opts.maxTokens = Math.min(opts.maxTokens, room); // past the context: finish_reason "length", as chat
   const stream = bool(b, 'stream') ?? false;
   const id = `cmpl-${randomUUID()}`;
   const base = { id, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: s.name };

@@ -22,8 +22,10 @@ import type { SamplingDefaults, Served } from './served.js';
 export interface ServeOptions {
   host?: string;
   port?: number;
-  /** Required as `Authorization: Bearer KEY` on /v1/ routes when set. */
+  /** Required as `Authorization: Bearer KEY` on /v1/ routes and /metrics when set (not empty). */
   apiKey?: string;
+  /** /metrics answers without the key (`--metrics-open`). */
+  metricsOpen?: boolean;
   /** Name in /v1/models and responses (default: the model directory's name). */
   name: string;
   /** Largest request body in bytes (default 4 MiB). */
@@ -49,6 +51,7 @@ export interface RunningServer {
 }
 
 export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<RunningServer> {
+  if (o.apiKey === '') throw new UserError('serve: the API key is empty: no request could pass it (give a key, or none to serve without one)');
   const served: Served = { kimi, name: o.name, maxContext: o.maxContext, defaults: o.defaults, vendorParams: o.vendorParams, thinking: o.thinking, defaultMaxTokens: o.defaultMaxTokens };
   const counters = new Counters();
   const bodyLimit = o.bodyLimit ?? 4 << 20;
@@ -63,15 +66,17 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
       return void res.end(CHAT_PAGE);
     }
+    if (isMessagesPath(req.url)) return messagesRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
+    // the counters tell who uses the server and how much: behind the key too, unless opened
+    const keyed = url.pathname.startsWith('/v1/') || (route === 'GET /metrics' && !o.metricsOpen);
+    if (keyed && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
+      throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
+    }
     if (route === 'GET /metrics') {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
       return void res.end(metricsText(kimi, counters));
     }
     if (isOllamaPath(req.url)) return ollamaRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
-    if (isMessagesPath(req.url)) return messagesRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
-    if (url.pathname.startsWith('/v1/') && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
-      throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
-    }
     if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts' }] });
     if (route === 'POST /v1/chat/completions' || route === 'POST /v1/completions') {
       const { json: body, text } = await readJson(req, bodyLimit);

@@ -15,6 +15,7 @@
 
 import * as fs from 'node:fs';
 import { ReadError } from '../util/errors.js';
+import { allSettledOrThrow } from '../util/settle.js';
 
 export const ALIGN = 4096;
 const CHUNK = 4 << 20;
@@ -110,7 +111,7 @@ export class DirectReader implements Reader {
         const at = offset + lo;
         jobs.push(this.limited((slot) => this.bounce(fd, file, at, part, slot)));
       }
-      await Promise.all(jobs);
+      await allSettledOrThrow(jobs); // none still writing into `into` when this throws
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'EINVAL') throw e;
       // Some filesystems open with O_DIRECT and refuse the read itself.

@@ -246,6 +246,12 @@ export class ExpertCache<V> {
     return true;
   }
 
+  /** Drop one entry, if held (its read failed: it must not count as resident). */
+  drop(layer: number, expert: number): void {
+    const k = expertKey(layer, expert);
+    if (this.entries.has(k)) this.evict(k);
+  }
+
   /** Drop everything (stats and policy state are kept). */
   clear(): void {
     for (const k of [...this.entries.keys()]) this.evict(k);

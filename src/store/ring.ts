@@ -14,6 +14,8 @@ interface Entry {
   off: number;
   ready: Promise<void>;
   loaded: boolean;
+  /** Its read failed: the next acquire is told so, then the entry is gone (evictable until then). */
+  failed: boolean;
   refs: number;
   /** Acquired at least once since it was loaded (a prefetched, not yet used piece is protected from prefetch eviction). */
   used: boolean;
@@ -63,7 +65,15 @@ export class Ring {
     e.used = true;
     if (!e.loaded) {
       const t0 = performance.now();
-      await e.ready;
+      try {
+        await e.ready;
+      } catch (err) {
+        // Reported once, to this caller (who gets no bytes and releases nothing); the next
+        // acquire reads the piece again. Kept, a piece never loaded would wedge every later pass.
+        e.refs--;
+        this.forget(e);
+        throw err;
+      }
       this.stats.waitMs += performance.now() - t0;
     }
     this.prefetchAfter(piece);
@@ -100,13 +110,14 @@ export class Ring {
   }
 
   private start(piece: Piece, off: number): Entry {
-    const e: Entry = { piece, off, ready: Promise.resolve(), loaded: false, refs: 0, used: false };
+    const e: Entry = { piece, off, ready: Promise.resolve(), loaded: false, failed: false, refs: 0, used: false };
     e.ready = this.load(piece, this.arena.subarray(off, off + piece.bytes)).then(
       () => {
         e.loaded = true;
         this.wake();
       },
       (err: unknown) => {
+        e.failed = true;
         this.wake();
         throw err;
       },
@@ -123,9 +134,20 @@ export class Ring {
     return e;
   }
 
+  /** Drop an entry whose read failed; its space comes back at once when it was the newest entry,
+   *  else once the entries before it have left. */
+  private forget(e: Entry): void {
+    const i = this.q.indexOf(e);
+    if (i < 0) return;
+    this.q.splice(i, 1);
+    if (this.byId.get(e.piece.seq) === e) this.byId.delete(e.piece.seq);
+    if (i === this.q.length) this.head = e.off;
+    this.wake();
+  }
+
   /**
    * Offset for `len` bytes at the head of the circular arena, evicting from the tail as needed:
-   * any unheld, finished entry when `demand`; for read-ahead only entries already used.
+   * any unheld, finished entry when `demand`; for read-ahead only entries already used (or failed).
    */
   private allocate(len: number, demand: boolean): number {
     const cap = this.arena.byteLength;
@@ -143,7 +165,7 @@ export class Ring {
       }
       // No room: evict the tail if allowed.
       const t = this.q[0]!;
-      if (t.refs > 0 || !t.loaded || (!demand && !t.used)) return -1;
+      if (t.refs > 0 || !(t.loaded || t.failed) || (!demand && !t.used && !t.failed)) return -1;
       this.q.shift();
       this.byId.delete(t.piece.seq);
     }

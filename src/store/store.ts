@@ -18,6 +18,7 @@ import { bf16ToF32, f16ToF32 } from '../formats/dtypes.js';
 import { decodeRow } from '../formats/decode.js';
 import { PANEL_COLS, PANEL_FROM, panelWidth, toPanelsInPlace } from '../formats/panels.js';
 import { ReadError, UserError } from '../util/errors.js';
+import { allSettledOrThrow } from '../util/settle.js';
 import { makeReader, type IoMode } from './direct-reader.js';
 import { CyclePolicy, ExpertCache, expertKey, keyLayer } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range, type TrunkMatrixLayout } from './layout.js';
@@ -196,6 +197,7 @@ export class WeightStore {
     this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
     this.cache = new ExpertCache<number>(this.plan.expertSlots, new CyclePolicy(cfg.numLayers), (l, e, slot) => {
       this.pending.delete(expertKey(l, e));
+      this.failedReads.delete(expertKey(l, e));
       if (slot !== undefined) this.freeSlots.push(slot);
     });
   }
@@ -264,7 +266,7 @@ export class WeightStore {
     const dataLen = p.data.length;
     const reads = [this.readRange(p.data, into.subarray(0, dataLen))];
     if (p.scale) reads.push(this.readRange(p.scale, into.subarray(dataLen, dataLen + p.scale.length)));
-    await Promise.all(reads);
+    await allSettledOrThrow(reads);
     this.stats.trunkBytesRead += p.bytes;
   }
 
@@ -319,14 +321,15 @@ export class WeightStore {
       return buf;
     }
     let e = this.pinned.get(p.seq);
-    if (!e) {
+    // a read that failed is tried again, into the same buffer, by the next use
+    if (!e || e.failed) {
       const m = this.layout.matrices.get(p.base)!;
       const whole = this.togetherBuffer(m);
       if (whole && this.q7.has(p.base)) {
         this.pinQ7Together(m, whole);
         e = this.pinned.get(p.seq)!;
       } else {
-        const buf = this.pinBuffer(p, m, whole);
+        const buf = e?.buf ?? this.pinBuffer(p, m, whole);
         e = this.pin(p, buf, this.readPinned(p, buf));
       }
     }
@@ -372,14 +375,14 @@ export class WeightStore {
    */
   private pinQ7Together(m: TrunkMatrixLayout, whole: Uint8Array): void {
     const bufs = piecesIn(m, whole);
-    const ready = Promise.all(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
+    const ready = allSettledOrThrow(m.pieces.map((q, i) => this.readStored(q, bufs[i]!))).then(() => requantizeQ7InPlace(whole, m.rows, m.cols));
     m.pieces.forEach((q, i) => this.pin(q, bufs[i]!, ready));
   }
 
   /** Records piece p as pinned in buf, its bytes there once `ready` settles (done then). */
   private pin(p: Piece, buf: Uint8Array, ready: Promise<void>): PinnedPiece {
-    const entry = { buf, ready, done: false };
-    ready.then(() => void (entry.done = true), () => {});
+    const entry = { buf, ready, done: false, failed: false };
+    ready.then(() => void (entry.done = true), () => void (entry.failed = true));
     this.pinned.set(p.seq, entry);
     return entry;
   }
@@ -486,6 +489,9 @@ export class WeightStore {
     if (!v) {
       v = this.readSmall(name, count, atLeast);
       this.smalls.set(name, v);
+      // a failed read is not kept: the next use reads again
+      const held = v;
+      held.catch(() => this.smalls.get(name) === held && this.smalls.delete(name));
     }
     return v;
   }
@@ -527,10 +533,12 @@ export class WeightStore {
     if (this.plan.embedResidentBytes > 0) {
       if (!this.embedTable) {
         const buf = new Uint8Array(E.data.nbytes);
-        this.embedTable = this.readRange({ file: E.data.file, offset: E.data.offset, length: E.data.nbytes }, buf).then(() => {
+        const table = this.readRange({ file: E.data.file, offset: E.data.offset, length: E.data.nbytes }, buf).then(() => {
           this.stats.embedBytesRead += E.data.nbytes;
           return buf;
         });
+        this.embedTable = table;
+        table.catch(() => this.embedTable === table && (this.embedTable = null));
       }
       const table = await this.embedTable;
       const view = { name: 'embed', format: E.format, rows: E.rows, cols: D, data: table };
@@ -538,7 +546,7 @@ export class WeightStore {
       return out;
     }
     const bufs = ids.map(() => new Uint8Array(rowBytes));
-    await Promise.all(ids.map((id, i) => this.io(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
+    await allSettledOrThrow(ids.map((id, i) => this.io(E.data.file, E.data.offset + id * rowBytes, bufs[i]!)));
     ids.forEach((_, i) => {
       decodeRow({ name: 'embed', format: E.format, rows: 1, cols: D, data: bufs[i]! }, 0, out.subarray(i * D, (i + 1) * D));
     });
@@ -579,7 +587,7 @@ export class WeightStore {
     if (coalesced) await this.readRange(coalesced, slot.subarray(0, coalesced.length));
     else {
       const ranges = parts.flatMap((p) => (p.scale ? [p.data, p.scale] : [p.data]));
-      await Promise.all(ranges.map((r, i) => this.readRange(r, slot.subarray(offsets[i]!, offsets[i]! + r.length))));
+      await allSettledOrThrow(ranges.map((r, i) => this.readRange(r, slot.subarray(offsets[i]!, offsets[i]! + r.length))));
     }
     this.stats.expertBytesRead += this.layout.expertBytes;
   }
@@ -647,9 +655,16 @@ export class WeightStore {
     this.slotBusy[si] = read;
     const key = expertKey(l, e);
     this.pending.set(key, read);
+    this.failedReads.delete(key);
     // A failed guess that nobody uses must not surface as an unhandled rejection; a use awaits it.
-    read.then(() => this.pending.get(key) === read && this.pending.delete(key), () => {});
+    read.then(
+      () => this.pending.get(key) === read && this.pending.delete(key),
+      () => this.pending.get(key) === read && this.failedReads.add(key),
+    );
   }
+
+  /** Experts whose read failed and that no use has been told of yet (by expertKey). */
+  private readonly failedReads = new Set<number>();
 
   /** Count layer l's lookahead guesses against what its router chose. */
   private settleGuesses(l: number, chosen: number[]): void {
@@ -687,7 +702,13 @@ export class WeightStore {
     if (ready.length > 0) await use(ready.map((e) => this.weightsOf(l, e)));
     if (later.length === 0) return;
     const t0 = performance.now();
-    await Promise.all(later.map((e) => this.pending.get(expertKey(l, e))));
+    try {
+      await Promise.all(later.map((e) => this.pending.get(expertKey(l, e))));
+    } catch (err) {
+      // The use that is told of a failed read drops the expert: the next step reads it anew.
+      for (const e of later) if (this.failedReads.has(expertKey(l, e))) this.cache.drop(l, e);
+      throw err;
+    }
     this.stats.ioWaitMs += performance.now() - t0;
     await use(later.map((e) => this.weightsOf(l, e)));
   }
@@ -792,7 +813,7 @@ export class WeightStore {
 }
 
 /** A pinned piece: its buffer, the read (and requantization) that fills it, and whether that has finished. */
-interface PinnedPiece { buf: Uint8Array; ready: Promise<void>; done: boolean }
+interface PinnedPiece { buf: Uint8Array; ready: Promise<void>; done: boolean; failed: boolean }
 
 /** Each piece's bytes in its matrix's one buffer (pinBuffer), the pieces in row order. */
 function piecesIn(m: TrunkMatrixLayout, whole: Uint8Array): Uint8Array[] {

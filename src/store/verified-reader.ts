@@ -14,6 +14,7 @@
 
 import { createHash } from 'node:crypto';
 import { ReadError } from '../util/errors.js';
+import { allSettledOrThrow } from '../util/settle.js';
 
 /** Positioned reads (store.ts's ByteReader, spelled here so the store can import this file). */
 export interface ByteReader {
@@ -184,7 +185,7 @@ export class VerifiedReader implements ByteReader {
     const hi = Math.min(r.offset + r.length, r.offset + b1 * blockSize);
     const head = new Uint8Array(s - lo);
     const tail = new Uint8Array(hi - e);
-    await Promise.all([this.inner.read(r.file, s, part), head.length ? this.inner.read(r.file, lo, head) : null, tail.length ? this.inner.read(r.file, e, tail) : null]);
+    await allSettledOrThrow([this.inner.read(r.file, s, part), head.length ? this.inner.read(r.file, lo, head) : null, tail.length ? this.inner.read(r.file, e, tail) : null]);
     // The bytes of absolute [a, b) from head, part and tail.
     const slices = (a: number, b: number): Uint8Array[] => {
       const out: Uint8Array[] = [];
