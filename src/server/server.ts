@@ -16,7 +16,7 @@ import { chatCompletions, completions } from './completions.js';
 import { ApiError, sendError, sendJson } from './errors.js';
 import { Counters, metricsText } from './metrics.js';
 import { isOllamaPath, ollamaRoute, sendOllamaError } from './ollama.js';
-import { CHAT_PAGE } from './page.js';
+import { loadPage, servePage } from './page.js';
 import type { SamplingDefaults, Served } from './served.js';
 
 export interface ServeOptions {
@@ -54,15 +54,13 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
   const bodyLimit = o.bodyLimit ?? 4 << 20;
   const maxQueue = o.maxQueue ?? 64;
   const created = Math.floor(Date.now() / 1000);
+  const page = loadPage();
 
   const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://x');
     const route = `${req.method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
     if (route === 'GET /health') return sendJson(res, 200, { status: 'ok' });
-    if (route === 'GET /' || route === 'HEAD /') {
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-      return void res.end(CHAT_PAGE);
-    }
+    if ((req.method === 'GET' || req.method === 'HEAD') && servePage(page, url.pathname, res)) return;
     if (route === 'GET /metrics') {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
       return void res.end(metricsText(kimi, counters));
@@ -72,7 +70,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
     if (url.pathname.startsWith('/v1/') && o.apiKey !== undefined && req.headers.authorization !== `Bearer ${o.apiKey}`) {
       throw new ApiError(401, req.headers.authorization ? 'Incorrect API key provided' : 'Missing API key: send Authorization: Bearer KEY', 'invalid_request_error', null, 'invalid_api_key');
     }
-    if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts' }] });
+    if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts', max_model_len: o.maxContext }] });
     if (route === 'POST /v1/chat/completions' || route === 'POST /v1/completions') {
       const { json: body, text } = await readJson(req, bodyLimit);
       if (kimi.engine.stats.queued >= maxQueue) throw new ApiError(429, `the server is busy: ${maxQueue} requests are waiting; retry later`, 'rate_limit_exceeded', null, 'queue_full');
