@@ -30,7 +30,7 @@ const layerRules = LAYERS.map((layer, i) => {
 export default [
   { ignores: ['dist/', 'node_modules/', 'bench/llama/', 'test/fixtures/', 'models/'] },
   {
-    files: ['**/*.ts'],
+    files: ['**/*.ts', 'src/server/page/*.js'], // and the chat page's browser scripts
     languageOptions: { parser: tsParser, ecmaVersion: 2022, sourceType: 'module' },
     plugins: { '@stylistic': stylistic },
     rules: {

@@ -1,13 +1,18 @@
 // The chat page (GET /) in a real browser: playwright-core driving Debian's `chromium`, located
-// at run time, against `k3 serve` on the demo K3 checkpoint. It sends a message and sees the
-// reply stream in with tokens/s; with thinking on, the reasoning shows apart from the answer; Stop
-// ends a reply. Without playwright-core (test/e2e) or without Chromium the test says so and skips.
+// at run time, against `k3 serve` on the shipped demo agent (models-shipped/demo-k3-trained: it
+// adds numbers, thinks first when asked, calls the page's `add` tool). What a person sees: the
+// model's name and context, a streamed reply with its thinking collapsed, the tool call and its
+// result, tokens/s and context use; a stored reply's markdown (a code block) rendered and its
+// markup sanitized; the chat kept across a reload; Regenerate, Edit, new and deleted chats; Stop
+// on a synthetic model that never ends. Screenshots go to $OUT when set. Without playwright-core
+// (test/e2e) or without Chromium the test says so and skips.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { TRAINED_DEMO_DIR } from '../src/cli/demo-sums.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { demoTokenizerFiles } from '../src/tokenizer/index.js';
 import { E2E_INSTALL, findChromium, importE2e } from './e2e-deps.js';
@@ -21,55 +26,153 @@ const skip = !pw ? `playwright-core is not installed (${E2E_INSTALL})` : !exe ? 
 if (skip) console.log(`skipped: ${skip}`);
 
 const tmp = mkdtempSync(join(tmpdir(), 'k3-browser-'));
-const DEMO = join(tmp, 'demo-k3');
-let srv: Serving | null = null;
+const SHOTS = process.env.OUT || tmp;
+const RANDOM = join(tmp, 'demo-k3'); // untrained weights: replies run on until stopped
+let agent: Serving | null = null;
+let random: Serving | null = null;
 let browser: Any = null;
 
 before(async () => {
   if (skip) return;
-  await synthCheckpoint({ arch: 'k3', preset: 'demo', out: DEMO, extraFiles: demoTokenizerFiles() });
-  srv = await startServe(DEMO, ['--ctx', '2048']); // K3 prompts with thinking are long
-  browser = await pw!.chromium.launch({ executablePath: exe!, args: ['--no-sandbox', '--headless=new'] });
+  await synthCheckpoint({ arch: 'k3', preset: 'demo', out: RANDOM, extraFiles: demoTokenizerFiles() });
+  [agent, random, browser] = await Promise.all([
+    startServe(TRAINED_DEMO_DIR, ['--ctx', '2048']),
+    startServe(RANDOM, ['--ctx', '2048']),
+    pw!.chromium.launch({ executablePath: exe!, args: ['--no-sandbox', '--headless=new'] }),
+  ]);
 });
 after(async () => {
   await browser?.close();
-  await srv?.stop();
+  await Promise.all([agent?.stop(), random?.stop()]);
   rmSync(tmp, { recursive: true, force: true });
 });
 
-test('the chat page streams a reply, shows thinking apart, and can stop a reply', { skip, timeout: 120_000 }, async () => {
-  const page = await browser.newPage();
-  await page.goto(`${srv!.url}/`);
-  // count the answer's updates: a streamed reply arrives in several pieces
+const idle = (page: Any, assistants: number) =>
+  page.waitForFunction((n: number) => !document.body.classList.contains('busy') && document.querySelectorAll('.msg.assistant').length === n, assistants, { timeout: 30_000 });
+
+async function settings(page: Any, s: { temperature?: string; thinking?: boolean; tools?: boolean }) {
+  await page.click('#open-settings');
+  if (s.temperature !== undefined) await page.fill('#set-temperature', s.temperature);
+  if (s.thinking !== undefined) await page.setChecked('#set-thinking', s.thinking);
+  if (s.tools !== undefined) await page.setChecked('#set-tools', s.tools);
+  await page.click('#settings button[value=close]');
+}
+
+async function send(page: Any, text: string) {
+  await page.fill('#msg', text);
+  await page.press('#msg', 'Enter');
+}
+
+const texts = (page: Any, sel: string): Promise<string[]> => page.$$eval(sel, (els: HTMLElement[]) => els.map((e) => e.textContent ?? ''));
+
+// a stored reply with what the demo model never writes: markdown, a code block, hostile markup
+const SEEDED = [
+  { role: 'user', content: 'Show me code' },
+  {
+    role: 'assistant',
+    reasoning_content: 'They want a snippet.',
+    content: 'Here it is:\n\n```python\nprint(1 + 2)\n```\n\nA **bold** word <img src="x" onerror="window.__xss = 1"><script>window.__xss = 2</script>',
+  },
+];
+
+test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit, chats, stop', { skip, timeout: 120_000 }, async () => {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+  const errors: string[] = [];
+  page.on('pageerror', (e: Error) => errors.push(e.message));
+  page.on('dialog', (d: Any) => d.accept()); // "Delete this chat?"
+  await page.goto(`${agent!.url}/`);
+  await page.waitForFunction(() => document.getElementById('model-name')!.textContent === 'demo-k3-trained');
+  assert.match(await page.textContent('#model-ctx'), /2048 tokens of context/);
+
+  // one agent turn: thinking, a call of the add tool the page runs, then the answer, streamed
+  await settings(page, { temperature: '0', thinking: true, tools: true });
   await page.evaluate(() => {
-    const w = window as unknown as { updates: number };
+    const w = window as unknown as { updates: number; thinkOpened: boolean };
     w.updates = 0;
     new MutationObserver(() => w.updates++).observe(document.getElementById('log')!, { subtree: true, childList: true, characterData: true });
+    // the thinking shows while it streams, before it folds
+    new MutationObserver((ms) => ms.forEach((m) => (w.thinkOpened ||= (m.target as HTMLDetailsElement).open))).observe(document.getElementById('log')!, { subtree: true, attributeFilter: ['open'] });
   });
-  await page.uncheck('#thinking'); // on by default, as K3's release template
-  await page.fill('#msg', 'Hello, page');
-  await page.click('#send');
-  await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled && document.querySelectorAll('.assistant').length === 1, null, { timeout: 60_000 });
-  const answer: string = await page.textContent('.assistant');
-  assert.ok(answer.length > 0, 'the reply has text');
-  assert.ok((await page.evaluate(() => (window as unknown as { updates: number }).updates)) > 3, 'the reply came in pieces');
+  await send(page, 'What is 12+30?');
+  await idle(page, 2);
+  const seen = await page.evaluate(() => {
+    const w = window as unknown as { updates: number; thinkOpened: boolean };
+    return { updates: w.updates, thinkOpened: w.thinkOpened };
+  });
+  assert.ok(seen.updates > 3, 'the reply came in pieces');
+  assert.equal(seen.thinkOpened, true, 'the thinking was open while it streamed');
+  assert.deepEqual(await texts(page, '.tool-call code'), ['add({"a":12,"b":30})']);
+  assert.deepEqual(await texts(page, '.tool-result code'), ['add → 42']);
+  assert.equal((await texts(page, '.msg.assistant .body'))[1]!.trim(), '42');
+  const thinking = await page.$$eval('details.think', (els: HTMLDetailsElement[]) => els.map((d) => ({ shown: !d.hidden, open: d.open, text: d.lastElementChild!.textContent })));
+  assert.ok(thinking.length === 2 && thinking.every((t: Any) => t.shown && !t.open && t.text.length > 0), `thinking shown, collapsed: ${JSON.stringify(thinking)}`);
+  assert.match(await page.textContent('details.think summary'), /^Thought for [\d.]+ s$/);
+  const meta = (await texts(page, '.msg.assistant .meta'))[1]!;
+  assert.match(meta, /^\d+ tokens · [\d.]+ tokens\/s · .*context \d+ \/ 2048/);
+  assert.match(await page.textContent('#ctx-text'), /^context \d+ \/ 2048$/);
   assert.match(await page.textContent('#stats'), /tokens\/s/);
 
-  // thinking on: the demo model never closes its think block, so the reasoning shows, apart
-  await page.check('#thinking');
-  await page.fill('#msg', 'Think first');
-  await page.click('#send');
-  await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled && document.querySelectorAll('.assistant').length === 2, null, { timeout: 60_000 });
-  const thinks = await page.$$eval('.think', (els: HTMLElement[]) => els.map((e) => (e.hidden ? null : e.textContent)));
-  assert.equal(thinks[0], null, 'no thinking shown for the first reply');
-  assert.ok((thinks[1] ?? '').length > 0, `the second reply shows its thinking: ${JSON.stringify(thinks)} ${await page.textContent('#log')}`);
+  // a stored reply with markdown and hostile markup, then a reload: all of it is still there
+  await page.evaluate((seed: unknown[]) => {
+    const convs = JSON.parse(localStorage.getItem('k3-chat.conversations')!);
+    convs[0].messages.push(...seed);
+    localStorage.setItem('k3-chat.conversations', JSON.stringify(convs));
+  }, SEEDED);
+  await page.reload();
+  await page.waitForSelector('pre code');
+  assert.deepEqual(await texts(page, '.chat-item .chat-open'), ['What is 12+30?']);
+  assert.equal(await page.$$eval('.msg', (els: unknown[]) => els.length), 6, 'user, call, result, answer, user, stored reply');
+  assert.equal(await page.textContent('pre code.language-python'), 'print(1 + 2)\n');
+  assert.equal(await page.textContent('.md strong'), 'bold');
+  assert.equal(await page.$$eval('#log [onerror], #log script', (els: unknown[]) => els.length), 0, 'markup sanitized');
+  assert.equal(await page.$$eval('details.think[open]', (els: unknown[]) => els.length), 0, 'stored thinking stays collapsed');
+  await page.screenshot({ path: join(SHOTS, 'chat-page.png'), fullPage: true });
+  await page.emulateMedia({ colorScheme: 'dark' });
+  const dark = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  await page.screenshot({ path: join(SHOTS, 'chat-page-dark.png') });
+  await page.emulateMedia({ colorScheme: 'light' });
+  assert.notEqual(dark, await page.evaluate(() => getComputedStyle(document.body).backgroundColor), 'dark scheme');
+  assert.equal(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss), undefined, 'no script from a reply ran');
 
-  // Stop: a long reply ends early, marked as stopped
-  await page.uncheck('#thinking');
-  await page.fill('#msg', 'Go on and on');
-  await page.click('#send');
-  await page.waitForFunction(() => (document.querySelectorAll('.assistant')[2]?.textContent ?? '').length > 0, null, { timeout: 60_000 });
+  // Regenerate the stored reply: the model answers in its place
+  const stored = page.locator('.msg.assistant').last();
+  await stored.hover();
+  await stored.locator('[data-act=regenerate]').click();
+  await idle(page, 3);
+  assert.equal(await page.$$eval('pre', (els: unknown[]) => els.length), 0, 'the stored reply is gone');
+  assert.ok((await texts(page, '.msg.assistant .body'))[2]!.trim().length > 0, 'a new reply');
+
+  // Edit the first question: what came after it goes, and the model answers the new one
+  await page.locator('.msg.user').first().hover();
+  await page.locator('.msg.user').first().locator('[data-act=edit]').click();
+  await page.fill('.edit-box', 'What is 23+45?');
+  await page.click('.editor button.primary');
+  await idle(page, 2);
+  assert.deepEqual(await texts(page, '.tool-result code'), ['add → 68']);
+  assert.equal((await texts(page, '.msg.assistant .body'))[1]!.trim(), '68');
+
+  // a second chat, then delete the first; a reload keeps just the second
+  await page.click('#new-chat');
+  await settings(page, { tools: false });
+  await send(page, 'Hello there');
+  await idle(page, 1);
+  assert.deepEqual(await texts(page, '.chat-item .chat-open'), ['Hello there', 'What is 23+45?']);
+  await page.hover('.chat-item:last-child');
+  await page.click('.chat-item:last-child .chat-del');
+  await page.reload();
+  await page.waitForSelector('.msg.assistant');
+  assert.deepEqual(await texts(page, '.chat-item .chat-open'), ['Hello there']);
+  assert.deepEqual(await texts(page, '.msg.user .bubble'), ['Hello there']);
+
+  // Stop, on a model that would go on to the end of its context
+  await page.goto(`${random!.url}/`);
+  await page.click('#new-chat');
+  await settings(page, { thinking: false });
+  await send(page, 'Go on and on');
+  await page.waitForFunction(() => (document.querySelector('.msg.assistant .body')?.textContent ?? '').length > 20, null, { timeout: 30_000 });
   await page.click('#stop');
-  await page.waitForFunction(() => (document.querySelectorAll('.assistant')[2]?.textContent ?? '').includes('[stopped]'), null, { timeout: 30_000 });
-  assert.equal((await fetch(`${srv!.url}/health`)).status, 200);
+  await idle(page, 1);
+  assert.match(await page.textContent('.msg.assistant .meta'), /stopped/);
+  assert.equal((await fetch(`${random!.url}/health`)).status, 200);
+  assert.deepEqual(errors, [], 'no script errors on the page');
 });

@@ -42,9 +42,17 @@ async function healthy(): Promise<void> {
 test('health, models and Prometheus metrics', async () => {
   await healthy();
   const m = await fetch(`${srv.url}/v1/models`, { headers: AUTH });
-  assert.deepEqual((await m.json()).data.map((d: { id: string }) => d.id), ['demo-k3']);
+  const models = await m.json();
+  assert.deepEqual(models.data.map((d: { id: string }) => d.id), ['demo-k3']);
+  assert.equal(models.data[0].max_model_len, 512, 'the context (--ctx), which the chat page shows');
   const page = await fetch(`${srv.url}/`);
-  assert.match(await page.text(), /<script>[\s\S]*\/v1\/chat\/completions/);
+  assert.match(await page.text(), /<script type="module" src="\/assets\/chat.js">/);
+  // the page's scripts and the two libraries come from this server (no network needed)
+  for (const [asset, has] of [['api.js', '/v1/chat/completions'], ['marked.js', 'marked'], ['purify.js', 'DOMPurify']] as const) {
+    const r = await fetch(`${srv.url}/assets/${asset}`);
+    assert.equal(r.headers.get('content-type'), 'text/javascript; charset=utf-8', asset);
+    assert.ok((await r.text()).includes(has), asset);
+  }
   // the counters are behind the key too (issue 44); /health and the page are not
   assert.equal((await fetch(`${srv.url}/metrics`)).status, 401);
   assert.equal((await fetch(`${srv.url}/metrics`, { headers: { authorization: 'Bearer wrong' } })).status, 401);

@@ -16,7 +16,7 @@ import { chatCompletions, completions } from './completions.js';
 import { ApiError, sendError, sendJson } from './errors.js';
 import { Counters, metricsText } from './metrics.js';
 import { isOllamaPath, ollamaRoute, sendOllamaError } from './ollama.js';
-import { CHAT_PAGE } from './page.js';
+import { loadPage, servePage } from './page.js';
 import type { SamplingDefaults, Served } from './served.js';
 
 export interface ServeOptions {
@@ -57,15 +57,13 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
   const bodyLimit = o.bodyLimit ?? 4 << 20;
   const maxQueue = o.maxQueue ?? 64;
   const created = Math.floor(Date.now() / 1000);
+  const page = loadPage();
 
   const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://x');
     const route = `${req.method} ${url.pathname.replace(/\/+$/, '') || '/'}`;
     if (route === 'GET /health') return sendJson(res, 200, { status: 'ok' });
-    if (route === 'GET /' || route === 'HEAD /') {
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-      return void res.end(CHAT_PAGE);
-    }
+    if ((req.method === 'GET' || req.method === 'HEAD') && servePage(page, url.pathname, res)) return;
     if (isMessagesPath(req.url)) return messagesRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
     // the counters tell who uses the server and how much: behind the key too, unless opened
     const keyed = url.pathname.startsWith('/v1/') || (route === 'GET /metrics' && !o.metricsOpen);
@@ -77,7 +75,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
       return void res.end(metricsText(kimi, counters));
     }
     if (isOllamaPath(req.url)) return ollamaRoute(route, req, res, { served, apiKey: o.apiKey, bodyLimit, queueFull: () => kimi.engine.stats.queued >= maxQueue });
-    if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts' }] });
+    if (route === 'GET /v1/models') return sendJson(res, 200, { object: 'list', data: [{ id: o.name, object: 'model', created, owned_by: 'kimi-k3-ts', max_model_len: o.maxContext }] });
     if (route === 'POST /v1/chat/completions' || route === 'POST /v1/completions') {
       const { json: body, text } = await readJson(req, bodyLimit);
       if (kimi.engine.stats.queued >= maxQueue) throw new ApiError(429, `the server is busy: ${maxQueue} requests are waiting; retry later`, 'rate_limit_exceeded', null, 'queue_full');
