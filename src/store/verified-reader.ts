@@ -34,8 +34,13 @@ export interface CheckedRange {
 
 export type VerifyMode = 'first' | 'every';
 
-/** Bytes hashed per step when a whole range is checked (memory outside the weight budget). */
+/** Bytes hashed per step when a whole range is checked. */
 const CHUNK = 4 * 2 ** 20;
+/** Checks of ranges read in part that run at once, each through a CHUNK buffer of its own: a
+ *  fixed set, reused, so the memory plan can count it (store/plan.ts PlanEnv.verified); more wait. */
+export const VERIFY_BUFFERS = 2;
+/** Bytes of the buffers a VerifiedReader may hold at once. */
+export const VERIFY_BUFFER_BYTES = VERIFY_BUFFERS * CHUNK;
 
 export interface VerifyStats {
   /** Ranges checked whole, and their bytes. */
@@ -69,6 +74,10 @@ export class VerifiedReader implements ByteReader {
   private readonly byFile = new Map<string, CheckedRange[]>();
   /** The first whole check of each range, and what it left. */
   private readonly checked = new Map<CheckedRange, Promise<Checked>>();
+  /** The CHUNK buffers not in use, made on first need in a page-aligned WebAssembly memory (so
+   *  O_DIRECT reads land in them in place), and the checks waiting for one. */
+  private spare: Uint8Array[] | null = null;
+  private readonly waiting: (() => void)[] = [];
 
   constructor(
     private readonly inner: ByteReader,
@@ -150,28 +159,47 @@ export class VerifiedReader implements ByteReader {
     const inPlace = s === r.offset && part.byteLength === r.length;
     const blockSize = this.mode === 'every' ? BLOCK_EVERY : BLOCK_FIRST;
     const blocks = this.mode === 'every' || !inPlace ? Buffer.alloc(Math.ceil(r.length / blockSize) * BLOCK_DIGEST) : null;
-    const buf = inPlace ? part : new Uint8Array(Math.min(CHUNK, r.length));
-    for (let at = 0; at < r.length; at += buf.byteLength) {
-      const n = Math.min(buf.byteLength, r.length - at);
-      const chunk = inPlace ? part.subarray(at, at + n) : buf.subarray(0, n);
-      await this.inner.read(r.file, r.offset + at, chunk);
-      this.hash(chunk, whole);
-      if (blocks) {
-        for (let b = 0; b < n; b += blockSize) {
-          const h = createHash('sha256');
-          this.hash(chunk.subarray(b, Math.min(n, b + blockSize)), h);
-          h.digest().copy(blocks, ((at + b) / blockSize) * BLOCK_DIGEST, 0, BLOCK_DIGEST);
+    const held = inPlace ? null : await this.takeBuffer();
+    try {
+      const buf = held ? held.subarray(0, Math.min(CHUNK, r.length)) : part;
+      for (let at = 0; at < r.length; at += buf.byteLength) {
+        const n = Math.min(buf.byteLength, r.length - at);
+        const chunk = inPlace ? part.subarray(at, at + n) : buf.subarray(0, n);
+        await this.inner.read(r.file, r.offset + at, chunk);
+        this.hash(chunk, whole);
+        if (blocks) {
+          for (let b = 0; b < n; b += blockSize) {
+            const h = createHash('sha256');
+            this.hash(chunk.subarray(b, Math.min(n, b + blockSize)), h);
+            h.digest().copy(blocks, ((at + b) / blockSize) * BLOCK_DIGEST, 0, BLOCK_DIGEST);
+          }
         }
+        const lo = Math.max(s, r.offset + at);
+        const hi = Math.min(s + part.byteLength, r.offset + at + n);
+        if (!inPlace && lo < hi) part.set(chunk.subarray(lo - (r.offset + at), hi - (r.offset + at)), lo - s);
       }
-      const lo = Math.max(s, r.offset + at);
-      const hi = Math.min(s + part.byteLength, r.offset + at + n);
-      if (!inPlace && lo < hi) part.set(chunk.subarray(lo - (r.offset + at), hi - (r.offset + at)), lo - s);
+    } finally {
+      if (held) this.giveBuffer(held);
     }
     const got = whole.digest('hex');
     this.stats.rangesChecked++;
     this.stats.bytesChecked += r.length;
     if (got !== r.sha256) throw this.mismatch(r, s, part.byteLength, `sha256 ${got.slice(0, 16)}…, expected ${r.sha256.slice(0, 16)}…`);
     return { blocks, block: blockSize, handed: new Set([`${s}:${part.byteLength}`]) };
+  }
+
+  private async takeBuffer(): Promise<Uint8Array> {
+    if (!this.spare) {
+      const mem = new WebAssembly.Memory({ initial: Math.ceil(VERIFY_BUFFER_BYTES / 65536) });
+      this.spare = Array.from({ length: VERIFY_BUFFERS }, (_, i) => new Uint8Array(mem.buffer, i * CHUNK, CHUNK));
+    }
+    while (this.spare.length === 0) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    return this.spare.pop()!;
+  }
+
+  private giveBuffer(b: Uint8Array): void {
+    this.spare!.push(b);
+    this.waiting.shift()?.();
   }
 
   /** Read [s, s + part.length) of `r` and check the blocks it touches (edges read aside). */
