@@ -73,7 +73,7 @@ export async function specBench(o: SpecBenchOptions): Promise<SpecBenchResult> {
   const log = o.log ?? (() => {});
   const s = await synthCheckpoint({ arch: 'k3', preset: 'k3-medium', out: o.dir, layers: o.layers, force: true });
   log(`checkpoint ${o.dir}: ${formatGB(s.bytes)}${s.skipped ? ' (already there)' : ''}`);
-  const plan = Model.plan(o.dir, { budget: 0, ctx: 256 });
+  const plan = Model.plan(o.dir, { budget: 0, ctx: 256, threads: o.threads });
   const budget = Math.max(plan.floorBytes, Math.floor(s.bytes * o.fraction));
   const model = await Model.load(o.dir, { budget, ctx: 256, threads: o.threads });
   log(`budget ${formatGB(budget)} (floor ${formatGB(plan.floorBytes)}, trunk ${formatGB(plan.trunkBytes)}, pinned ${formatGB(model.store.plan.pinnedBytes)})`);

@@ -93,12 +93,16 @@ test('the ring reads the trunk in forward order, ahead of use', async () => {
 
 test('plan: real K3 config floor under 2 GiB; refusal below the floor names the smallest budget', () => {
   const real = path.join(FIXTURES, 'k3-real-config.json');
-  const r = spawnSync(process.execPath, [CLI, 'plan', real, '--memory', '2G', '--json'], { encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [CLI, 'plan', real, '--memory', '2G', '-t', '4', '--json'], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   const p = JSON.parse(r.stdout);
   assert.equal(p.budget_bytes, 2 * 2 ** 30);
   assert.ok(p.floor_bytes < 2 * 2 ** 30, `floor ${p.floor_bytes}`);
-  assert.equal(p.total_bytes, p.baseline_bytes + p.resident_small_bytes + p.derived_bytes + p.kda_state_bytes + p.mla_cache_bytes + p.scratch_bytes + p.ring_bytes + p.pinned_trunk_bytes + p.expert_cache_bytes + p.embedding_resident_bytes);
+  // every counted item is named, and they add up
+  assert.equal(p.total_bytes, (p.items as { bytes: number }[]).reduce((a, i) => a + i.bytes, 0));
+  const keys = ['baseline', 'thread', 'kernel_temp', 'read_buffer', 'decode', 'engine', 'resident_small', 'derived', 'kda_state', 'mla_cache', 'scratch', 'ring', 'pinned_trunk', 'expert_cache', 'embedding_resident'];
+  assert.equal(p.total_bytes, keys.reduce((a, k) => a + (p[`${k}_bytes`] as number), 0));
+  assert.ok(p.thread_bytes > 3 * p.worker_bytes, '4 threads: 3 workers counted');
   assert.ok(p.total_bytes <= p.budget_bytes);
   const low = spawnSync(process.execPath, [CLI, 'run', path.join(GOLDEN, 'k3'), '--ids', '1,2', '--memory', '64M'], { encoding: 'utf8' });
   assert.equal(low.status, 2);
@@ -134,7 +138,8 @@ test('a read fault mid-run stops generation: ReadError exit 4, no token after th
   const m3 = Model.open(dir, { budget: cliFloor, reader: c2 });
   await greedy(m3, m3.newState(), [5, 6, 7], 6);
   await m3.close();
-  const r = spawnSync(process.execPath, [CLI, 'run', dir, '--ids', '5,6,7', '--gen', '6', '--memory', String(cliFloor)], { encoding: 'utf8', env: { ...process.env, K3_FAULT_AFTER_READS: String(Math.floor(c2.reads * 0.6)) } });
+  // (-t 1, --io buffered: the plan of Model.open's, so the same weights resident and the same reads)
+  const r = spawnSync(process.execPath, [CLI, 'run', dir, '--ids', '5,6,7', '--gen', '6', '--memory', String(cliFloor), '-t', '1', '--io', 'buffered'], { encoding: 'utf8', env: { ...process.env, K3_FAULT_AFTER_READS: String(Math.floor(c2.reads * 0.6)) } });
   assert.equal(r.status, 4, r.stderr);
   assert.match(r.stderr, /^k3: .*safetensors: read of \d+ bytes at offset \d+ failed/);
 });

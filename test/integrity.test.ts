@@ -70,7 +70,7 @@ test('a packed record with one flipped byte, and a manifest offset shifted by 40
   const rec = m.records.find((r) => r.kind === 'layer')!;
   const data = path.join(out, rec.file);
   flipByte(data, rec.offset + (rec.length >> 1));
-  for (const extra of [[], ['--verify-reads'], ['--memory', '150M', '--no-preload']]) {
+  for (const extra of [[], ['--verify-reads'], ['--memory', '158M', '--threads', '1', '--no-preload']]) {
     const r = k3(['run', out, ...IDS, ...extra]);
     assertOneLine(r, 4, data, `record ${rec.name}`, 'offset', 'checksum');
     assert.equal(r.stdout.trim(), '', 'no token printed');
@@ -210,7 +210,7 @@ test('injected read faults on trunk, experts, embedding rows and small tensors: 
     const odd = n % 2 === 1;
     for (const kind of [odd ? 'eof' : 'eio', odd ? 'eintr' : 'short', 'flip']) {
       const at = (n++ * 7) % 3; // different points of the run
-      const r = k3(['run', dir, ...IDS, '--memory', '139M', '--threads', '1', ...(kind === 'flip' ? ['--verify-reads'] : [])], { K3_FAULT: `${kind}:${target}:${at}` });
+      const r = k3(['run', dir, ...IDS, '--memory', '148M', '--threads', '1', ...(kind === 'flip' ? ['--verify-reads'] : [])], { K3_FAULT: `${kind}:${target}:${at}` });
       if (kind === 'short' || kind === 'eintr') {
         assert.equal(r.code, 0, `${kind}:${target}: ${r.stderr}`);
         assert.equal(r.stdout, want, `${kind}:${target}: the clean tokens`);

@@ -67,6 +67,14 @@ function redigest(m: Manifest): Manifest {
 }
 
 const IDS = ['--ids', '1,2,3', '--gen', '4'];
+
+/** Flags for a run at the floor of `dir` (IDS' context: 7 tokens), on one thread, reading
+ *  through the page cache: the plan counts threads and bounce buffers, so it is made for the same. */
+function atFloor(dir: string): string[] {
+  const r = k3(['plan', dir, '--json', '--no-estimate', '--memory', '4G', '-c', '7', '-t', '1', '--io', 'buffered']);
+  assert.equal(r.code, 0, r.stderr);
+  return ['--memory', String((JSON.parse(r.stdout) as { floor_bytes: number }).floor_bytes), '--threads', '1', '--io', 'buffered'];
+}
 let clean: string | undefined;
 const cleanK3 = (): string => (clean ??= k3(['run', path.join(GOLDEN, 'k3'), ...IDS]).stdout);
 
@@ -100,7 +108,7 @@ test('a flipped byte of an expert left in place: run exits 4 naming it, pack --v
   const [fi, off] = m.experts.at[prefix]!;
   const shard = path.join(TMP, 'k3-src-flip', m.experts.files[fi]!);
   flipByte(shard, off + (m.experts.expert_bytes >> 1));
-  for (const extra of [[], ['--memory', '139M', '--no-preload']]) assertOneLine(k3(['run', out, ...IDS, ...extra]), 4, shard, `expert ${prefix}`, 'checksum');
+  for (const extra of [[], [...atFloor(out), '--no-preload']]) assertOneLine(k3(['run', out, ...IDS, ...extra]), 4, shard, `expert ${prefix}`, 'checksum');
   const v = k3(['pack', '--verify', out]);
   assert.notEqual(v.code, 0, v.stdout);
   assert.ok(v.stderr.includes(`expert ${prefix}`), v.stderr);
@@ -161,7 +169,7 @@ test('a transient flip in a packed small tensor (K3_FAULT=flip:small:0) is caugh
     const out = path.join(TMP, `k3-small${compress.length ? '-coded' : ''}`);
     assert.equal(k3(['pack', path.join(GOLDEN, 'k3'), out, ...compress]).code, 0);
     // All resident, and (plain pack) streamed at the floor.
-    for (const extra of compress.length ? [[]] : [[], ['--memory', '139M', '--threads', '1']]) {
+    for (const extra of compress.length ? [[]] : [[], atFloor(out)]) {
       assertOneLine(k3(['run', out, ...IDS, ...extra], { K3_FAULT: 'flip:small:0' }), 4, 'checksum', 'offset');
     }
   }

@@ -54,11 +54,12 @@ test('after a trunk EIO mid-generation the next request gets a fresh server\'s b
   const dir = join(tmp, 'demo-k3');
   try {
     await synthCheckpoint({ arch: 'k3', preset: 'demo', out: dir, extraFiles: demoTokenizerFiles() });
-    const plan = spawnSync(process.execPath, [CLI, 'plan', dir, '--ctx', '512', '--parallel', '4', '--memory', '1M', '--no-estimate', '--json'], { encoding: 'utf8' });
+    // (the plan counts threads and bounce buffers: -t 1 as startServe, --io buffered as both servers)
+    const plan = spawnSync(process.execPath, [CLI, 'plan', dir, '--ctx', '512', '--parallel', '4', '-t', '1', '--io', 'buffered', '--memory', '1M', '--no-estimate', '--json'], { encoding: 'utf8' });
     const floor = String(JSON.parse(plan.stdout).floor_bytes as number);
     // Every pass streams the whole trunk (~120 reads of it): read 400 comes in the 4th
     // pass, while the request below is generating.
-    const flags = ['--memory', floor, '--parallel', '4'];
+    const flags = ['--memory', floor, '--parallel', '4', '--io', 'buffered'];
     const [faulty, fresh] = await Promise.all([startServe(dir, flags, { K3_FAULT: 'eio:trunk:400' }), startServe(dir, flags)]);
     try {
       const body = { prompt: [5, 6, 7], max_tokens: 6, temperature: 0, logprobs: 2 };

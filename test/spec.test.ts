@@ -56,7 +56,7 @@ for (const name of CASES) {
   test(`${name}: --spec 4 == --spec 0 bytes (ids, logits, final state); floor and resident, threads 1 and 2`, async () => {
     const dir = path.join(GOLDEN, name);
     const ids = prompt(name);
-    const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
+    const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE, threads: 2 }).floorBytes; // (2 threads: the larger floor)
     for (const budget of [floor, Number.MAX_SAFE_INTEGER]) {
       for (const threads of [1, 2]) {
         const model = await Model.load(dir, { budget, ctx: 64, threads, maxPiece: SMALL_PIECE });
@@ -153,7 +153,7 @@ for (const name of CASES) {
   test(`${name}: forwardBatch gives each sequence its solo bytes (logits and state), floor and 2 threads`, async () => {
     const dir = path.join(GOLDEN, name);
     const ids = prompt(name, 12);
-    const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE }).floorBytes;
+    const floor = Model.plan(dir, { budget: 0, ctx: 64, maxPiece: SMALL_PIECE, threads: 2 }).floorBytes;
     const model = await Model.load(dir, { budget: floor, ctx: 64, threads: 2, maxPiece: SMALL_PIECE });
     try {
       // three sequences at different positions, each given a different number of new tokens

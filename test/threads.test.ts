@@ -21,8 +21,8 @@ for (const name of CASES) {
     const ref = Model.open(dir, { ctx: 64 });
     const want = await ref.forward(ref.newState(), ids, 'all');
     await ref.close();
-    const floor = Model.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192 }).floorBytes;
-    const p1 = Model.plan(dir, { budget: 0, ctx: 64, chunk: 1 });
+    const floor = Model.plan(dir, { budget: 0, ctx: 64, chunk: 7, maxPiece: 8192, threads: 2 }).floorBytes;
+    const p1 = Model.plan(dir, { budget: 0, ctx: 64, chunk: 1, threads: 2 });
     const pinnedTrunk = p1.floorBytes + p1.trunkBytes + 8 * p1.expertBytes; // experts read while the MoE head chain runs
     const variants: { threads: number; relaxed: boolean; chunk: number; budget?: number; maxPiece?: number; apart?: boolean }[] = [
       { threads: 1, relaxed: true, chunk: 64 },

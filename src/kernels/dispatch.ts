@@ -21,6 +21,11 @@ const PER_MEMORY = Math.floor(3.75 * GiB);
 /** Kernel memory kept free of sequence state, for the kernels' temporaries (activation copies). */
 const STATE_HEADROOM = 192 * MiB;
 
+/** Kernel instances (each with its own memory and threads) a group makes for `weightBytes`. */
+export function kernelMembers(weightBytes: number): number {
+  return Math.max(1, Math.ceil(weightBytes / PER_MEMORY));
+}
+
 export class KernelGroup {
   private current = 0;
   private used: number[];
@@ -31,7 +36,7 @@ export class KernelGroup {
 
   /** Enough instances for `weightBytes` bytes of weight memory. */
   static async create(weightBytes: number, opts: KernelsOptions): Promise<KernelGroup> {
-    const n = Math.max(1, Math.ceil(weightBytes / PER_MEMORY));
+    const n = kernelMembers(weightBytes);
     const members: Kernels[] = [];
     for (let i = 0; i < n; i++) members.push(await createKernels({ ...opts, memoryBytes: Math.min(PER_MEMORY, weightBytes) + 64 * MiB }));
     return new KernelGroup(members);

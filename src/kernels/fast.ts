@@ -43,6 +43,12 @@ const PAGE = 65536;
 // kernels compute (base + length) below 2^32, where i32 arithmetic would wrap.
 const MAX_PAGES = 65535;
 
+/** Kernel memory of one thread's scratch area for matrices up to `maxCols` columns: decoded /
+ *  widened rows, or a panelled product's accumulators (wasm/mm1.ts addPanelled). */
+export function threadScratchBytes(maxCols: number): number {
+  return Math.max(3 * align(align(Math.max(16, maxCols), 16) * 4, 64), PANEL_ACC_BYTES) + 256 + TILE_SCRATCH;
+}
+
 export interface KernelsOptions {
   /** Threads in all, the calling thread included. Default: os.availableParallelism(). */
   threads?: number;
@@ -191,8 +197,7 @@ export class Kernels {
     const threads = Math.max(1, Math.floor(opts.threads ?? os.availableParallelism()));
     const maxCols = align(Math.max(16, opts.maxCols ?? 32768), 16);
     const relaxed = (opts.relaxed ?? true) && relaxedSimdAvailable();
-    // decoded / widened rows, or a panelled product's accumulators (wasm/mm1.ts addPanelled)
-    const scratchBytes = Math.max(3 * align(maxCols * 4, 64), PANEL_ACC_BYTES) + 256 + TILE_SCRATCH;
+    const scratchBytes = threadScratchBytes(maxCols);
     const arenaStart = align(CONST_END + threads * scratchBytes, PAGE);
     const maxPages = Math.min(MAX_PAGES, Math.ceil((opts.maxMemoryBytes ?? MAX_PAGES * PAGE) / PAGE));
     const initialPages = Math.min(maxPages, Math.ceil((arenaStart + (opts.memoryBytes ?? 64 << 20)) / PAGE));

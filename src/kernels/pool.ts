@@ -339,6 +339,11 @@ export function maxOps(): number {
   return MAX_OPS;
 }
 
+/** V8 heap limits of a kernel worker: its JavaScript is the claim loop over wasm calls, so a few
+ *  MiB of Node's own bootstrap objects is all it keeps; capped so the memory plan's count of a
+ *  worker (store/plan.ts WORKER_BYTES) is a ceiling, not a guess. */
+export const WORKER_LIMITS = { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 12, stackSizeMb: 1 };
+
 interface WorkerInit {
   kimiKernelPool: true;
   module: WebAssembly.Module;
@@ -378,7 +383,7 @@ export class Pool {
     const ready: Promise<void>[] = [];
     for (let tid = 1; tid < threads; tid++) {
       const init: WorkerInit = { kimiKernelPool: true, module, memory, tid, scratch: scratch[tid]!, spinUs: spin.worker };
-      const w = new Worker(new URL(import.meta.url), { workerData: init } as WorkerOptions);
+      const w = new Worker(new URL(import.meta.url), { workerData: init, resourceLimits: WORKER_LIMITS } as WorkerOptions);
       ready.push(new Promise((resolve, reject) => {
         w.once('message', () => resolve());
         w.once('error', reject);

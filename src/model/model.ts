@@ -2,6 +2,7 @@
 // its architecture. Forward consumes new tokens, advances the sequence state, and returns the
 // logits of the positions asked for.
 
+import * as os from 'node:os';
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
 import { checkFloor, type Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
@@ -51,7 +52,8 @@ export class Model {
     return new Model(WeightStore.open(dir, { ...opts, stateSize }));
   }
 
-  /** The memory plan `open` / `load` would make, without refusing a budget below the floor or opening files. */
+  /** The memory plan `open` / `load` would make, without refusing a budget below the floor or opening files.
+   *  The plan counts `threads` (default 1, as `open`; `load`'s default is every core): give load's. */
   static plan(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Plan {
     return WeightStore.plan(dir, { ...opts, stateSize });
   }
@@ -63,11 +65,13 @@ export class Model {
    * own threads, can be loaded in one process.
    */
   static async load(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides; threads?: number; relaxed?: boolean; fastExperts?: boolean; fast?: boolean } = {}): Promise<Model> {
-    const prepared = prepareStore(dir, { ...opts, stateSize });
+    // the kernels' threads are counted in the plan (KernelGroup.create's default: every core)
+    const threads = opts.threads ?? os.availableParallelism();
+    const prepared = prepareStore(dir, { ...opts, threads, stateSize });
     const plan = WeightStore.planOf(prepared);
     checkFloor(plan); // refuse a budget below the floor before the kernels' memory is allocated
     const weightBytes = plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
-    const group = await KernelGroup.create(weightBytes, { threads: opts.threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
+    const group = await KernelGroup.create(weightBytes, { threads, relaxed: opts.relaxed, maxCols: WeightStore.maxCols(prepared) });
     // optional, off by default: mxfp4 (expert) products with 8-bit activations (kernels/wasm/q8.ts)
     group.fastExperts = (opts.fastExperts ?? false) || (opts.fast ?? false);
     try {

@@ -20,6 +20,8 @@ import { allSettledOrThrow } from '../util/settle.js';
 export const ALIGN = 4096;
 const CHUNK = 4 << 20;
 const IN_FLIGHT = 4;
+/** Bytes of a DirectReader's bounce buffers (one wasm memory, whole pages), counted by the memory plan. */
+export const BOUNCE_BYTES = Math.ceil(((CHUNK + 2 * ALIGN) * IN_FLIGHT) / 65536) * 65536;
 const MAX_READ = 1 << 30;
 
 /** The reader shape of store.ts (ByteReader), restated so this file need not import the store. */
@@ -58,7 +60,7 @@ export class DirectReader implements Reader {
     private readonly notice: (msg: string) => void = (m) => process.stderr.write(`k3: ${m}\n`),
   ) {
     const slot = CHUNK + 2 * ALIGN;
-    const mem = new WebAssembly.Memory({ initial: Math.ceil((slot * IN_FLIGHT) / 65536) });
+    const mem = new WebAssembly.Memory({ initial: BOUNCE_BYTES / 65536 });
     for (let i = 0; i < IN_FLIGHT; i++) this.free.push(new Uint8Array(mem.buffer, i * slot, slot));
   }
 

@@ -15,12 +15,33 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { UserError } from '../util/errors.js';
 import { GiB, MiB, formatBytes } from '../util/format.js';
 import type { Layout } from './layout.js';
+import { kernelMembers } from '../kernels/dispatch.js';
+import { threadScratchBytes } from '../kernels/fast.js';
+import { BOUNCE_BYTES } from './direct-reader.js';
+import { VERIFY_BUFFER_BYTES } from './verified-reader.js';
 
 /** What Node itself, the engine's code, one kernel worker and the V8 heap take before any weight:
  *  a bare node is ~39 MiB; the demo model loaded for `k3 run` or `k3 serve` measures 107-110 MiB
  *  RSS with V8's default young generation (semi-spaces grow to 16 MiB), ~90 MiB with
  *  `k3 serve`'s --semi-space-growth-factor=1 (src/cli/serve.ts); AMD EPYC, Node 20. */
 export const BASELINE_BYTES = 112 * MiB;
+
+/** One kernel worker thread (kernels/pool.ts), measured: its V8 isolate with Node's bootstrap
+ *  heap (~9 MiB; young and old generations capped by pool.ts WORKER_LIMITS), its glibc malloc
+ *  arena and thread stack (~5 MiB). Peak RSS rose 11-19 MiB from 1 to 2 threads and 13-15 MiB a
+ *  worker from 1 to 4 on the synthetic K3 and K2 of test/memory.test.ts (AMD EPYC, Node 20;
+ *  docs/MEMORY.md), within run-to-run noise of a few MiB. */
+export const WORKER_BYTES = 16 * MiB;
+
+/** What runs beside the weights that the plan counts too: the compute threads and how weights are read. */
+export interface PlanEnv {
+  /** Compute threads in all, the calling thread included (Model.load's `threads`); default 1 (no workers). */
+  threads?: number;
+  /** Reads may go through O_DIRECT bounce buffers (`--io direct` or `auto`). Default false. */
+  directIo?: boolean;
+  /** Reads are checked against known sha256 (a pack, a `k3 verify` sidecar): the checker's buffers. Default false. */
+  verified?: boolean;
+}
 
 /** JavaScript memory of one sequence in an engine's decode batch, besides its state: its job,
  *  sampler and stop objects, and per token its logits row and the sampler's double-precision
@@ -56,6 +77,18 @@ export interface Plan {
   scratchBytes: number;
   /** Memory of the bf16 block decoder (a packed directory with coded trunk matrices; else 0). */
   decodeBytes: number;
+  /** Compute threads per kernel instance, the calling thread included (PlanEnv.threads). */
+  threads: number;
+  /** Kernel instances (one memory and one set of workers each; dispatch.ts kernelMembers). */
+  kernelMembers: number;
+  /** The threads' memory: members x (threads - 1) workers of WORKER_BYTES, and every thread's
+   *  scratch area in kernel memory (fast.ts threadScratchBytes). */
+  threadBytes: number;
+  /** Kernel memory that calls use and give back (activations copied in, outputs before they are
+   *  copied out): at most one copy of the activations `scratchBytes` counts. */
+  kernelTempBytes: number;
+  /** Read buffers: O_DIRECT bounce buffers (direct-reader.ts) and the sha256 checker's (verified-reader.ts). */
+  readBufferBytes: number;
   ringBytes: number;
   pinnedBytes: number;
   pinnedPieces: number;
@@ -87,16 +120,59 @@ export function derivedBytes(cfg: ModelConfig): number {
 
 /** Activation scratch for a chunk: the widest arrays a block keeps alive at once, doubled for GC slack. */
 export function scratchBytes(cfg: ModelConfig, chunk: number): number {
+  return 2 * activationBytes(cfg, chunk) + 16 * MiB;
+}
+
+/** Kernel temporaries for a chunk: the kernels copy a call's inputs and outputs into their memory
+ *  and release them after; at most one copy of the arrays a block keeps alive. */
+export function kernelTempBytes(cfg: ModelConfig, chunk: number): number {
+  return activationBytes(cfg, chunk);
+}
+
+/** Widest matrix the kernels must handle (columns): the width of each thread's scratch. */
+export function kernelMaxCols(cfg: ModelConfig, layout: Layout): number {
+  let m = cfg.hiddenSize;
+  for (const t of layout.matrices.values()) m = Math.max(m, t.cols);
+  return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
+}
+
+/** f32 bytes of the widest arrays a block keeps alive at once for a chunk, and a logits row. */
+function activationBytes(cfg: ModelConfig, chunk: number): number {
   const D = cfg.hiddenSize;
   const P = cfg.kda ? cfg.kda.heads * cfg.kda.headDim : 0;
   const m = cfg.mla;
   const mlaW = m.heads * (m.nopeDim + m.ropeDim) + m.heads * m.vDim * 2 + (m.qLoraRank ?? 0);
   const moeW = (cfg.moe.latentDim ?? D) * (cfg.moe.topK + 2) + cfg.moe.intermediate * cfg.moe.shared * 3 + cfg.moe.experts;
   const perToken = 3 * cfg.intermediateSize + 10 * P + mlaW + moeW + 14 * D + cfg.vocabSize;
-  return 2 * 4 * (chunk * perToken + cfg.vocabSize) + 16 * MiB;
+  return 4 * (chunk * perToken + cfg.vocabSize);
 }
 
-export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel = 0): Plan {
+/** Bytes of the threads of `members` kernel instances of `threads` threads each. */
+function threadsBytes(members: number, threads: number, maxCols: number): number {
+  return members * ((threads - 1) * WORKER_BYTES + threads * threadScratchBytes(maxCols));
+}
+
+/**
+ * The plan for `budget`. The kernel instances a budget needs (one per 3.75 GiB of weight memory)
+ * each bring their own threads, so the threads of every instance past the first come out of what
+ * the weights may use: the plan is remade with less until the instance count agrees.
+ */
+export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel = 0, env: PlanEnv = {}): Plan {
+  let members = 1;
+  for (;;) {
+    const p = planFor(cfg, layout, s, budget, ctx, chunk, parallel, env, members);
+    const need = kernelMembers(p.ringBytes + p.pinnedBytes + p.expertCacheBytes);
+    if (need <= members) return p;
+    members = need;
+  }
+}
+
+function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel: number, env: PlanEnv, members: number): Plan {
+  const threads = Math.max(1, Math.floor(env.threads ?? 1));
+  const threadMem = threadsBytes(members, threads, kernelMaxCols(cfg, layout));
+  const firstThreads = threadsBytes(1, threads, kernelMaxCols(cfg, layout));
+  const kernelTemp = kernelTempBytes(cfg, chunk);
+  const readBuffers = (env.directIo ? BOUNCE_BYTES : 0) + (env.verified ? VERIFY_BUFFER_BYTES : 0);
   const mlaCacheBytes = s.perPositionBytes * ctx;
   const engineBytes = parallel * (s.perSequenceBytes + mlaCacheBytes + engineSequenceBytes(cfg));
   const scratch = scratchBytes(cfg, chunk);
@@ -104,10 +180,11 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
   // The decoder holds one block in (stored, at most raw) and one out, in 64 KiB pages.
   const decodeBytes = layout.maxCodedBlockBytes > 0 ? Math.ceil((4 * layout.maxCodedBlockBytes + 256) / 65536 + 1) * 65536 : 0;
   const derived = derivedBytes(cfg);
-  const fixed = BASELINE_BYTES + engineBytes + layout.smallBytes + derived + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes;
+  // (the threads of instances past the first are counted in `fixed`, so the floor, made with one, stays put)
+  const fixed = BASELINE_BYTES + engineBytes + layout.smallBytes + derived + s.perSequenceBytes + mlaCacheBytes + scratch + decodeBytes + threadMem + kernelTemp + readBuffers;
   const minRing = 3 * layout.maxPieceBytes;
   const minSlots = expertsTotal > 0 ? 1 : 0;
-  const floor = fixed + minRing + minSlots * layout.expertBytes;
+  const floor = fixed - (threadMem - firstThreads) + minRing + minSlots * layout.expertBytes;
 
   const plan: Plan = {
     budgetBytes: budget,
@@ -123,6 +200,11 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     ctx,
     scratchBytes: scratch,
     decodeBytes,
+    threads,
+    kernelMembers: members,
+    threadBytes: threadMem,
+    kernelTempBytes: kernelTemp,
+    readBufferBytes: readBuffers,
     ringBytes: minRing,
     pinnedBytes: 0,
     pinnedPieces: 0,
@@ -136,8 +218,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
     embedResidentBytes: 0,
     maxPieceBytes: layout.maxPieceBytes,
   };
-  if (budget >= floor) {
-    let left = budget - floor;
+  if (budget >= floor + threadMem - firstThreads) {
+    let left = budget - floor - (threadMem - firstThreads);
     // 1. a layer's worth of expert slots.
     const toTopK = Math.min(Math.max(0, Math.min(cfg.moe.topK, expertsTotal) - plan.expertSlots), Math.floor(left / Math.max(1, layout.expertBytes)));
     if (layout.expertBytes > 0) {
@@ -169,7 +251,7 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
   plan.expertCacheBytes = plan.expertSlots * layout.expertBytes;
   // 4. the embedding table, last: one row per token is all it saves.
   const embedBytes = layout.embed.data.nbytes;
-  if (budget >= floor && plan.pinnedPieces === layout.sequence.length && plan.expertSlots === expertsTotal) {
+  if (budget >= fixed + minRing + minSlots * layout.expertBytes && plan.pinnedPieces === layout.sequence.length && plan.expertSlots === expertsTotal) {
     const used = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes;
     if (budget - used >= embedBytes) plan.embedResidentBytes = embedBytes;
   }
@@ -178,9 +260,35 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
 }
 
 /** The plan with every weight resident: the size `--preset max` asks for. */
-export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: number, chunk: number, parallel = 0): number {
-  const p = makePlan(cfg, layout, s, 0, ctx, chunk, parallel);
-  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + layout.trunkBytes + p.expertsTotal * layout.expertBytes + layout.embed.data.nbytes;
+export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: number, chunk: number, parallel = 0, env: PlanEnv = {}): number {
+  const p = makePlan(cfg, layout, s, 0, ctx, chunk, parallel, env);
+  const weights = layout.trunkBytes + p.expertsTotal * layout.expertBytes;
+  const members = kernelMembers(weights);
+  const threads = Math.max(1, Math.floor(env.threads ?? 1));
+  const moreThreads = threadsBytes(members, threads, kernelMaxCols(cfg, layout)) - threadsBytes(1, threads, kernelMaxCols(cfg, layout));
+  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + weights + layout.embed.data.nbytes + moreThreads;
+}
+
+/** The plan's items, each named, in `k3 plan`'s order: they add up to `totalBytes`. */
+export function planItems(p: Plan): { key: string; label: string; bytes: number; note: string }[] {
+  const workers = p.kernelMembers * (p.threads - 1);
+  return [
+    { key: 'baseline_bytes', label: 'node + code baseline', bytes: p.baselineBytes, note: 'Node, the engine and kernel code, the main V8 heap' },
+    { key: 'thread_bytes', label: 'kernel threads', bytes: p.threadBytes, note: `${p.threads} thread(s)${p.kernelMembers > 1 ? ` x ${p.kernelMembers} kernel instances` : ''}: ${workers} worker(s) of ${formatBytes(WORKER_BYTES)}, and each thread's scratch` },
+    { key: 'kernel_temp_bytes', label: 'kernel temporaries', bytes: p.kernelTempBytes, note: 'activations copied into kernel memory during a call' },
+    { key: 'read_buffer_bytes', label: 'read buffers', bytes: p.readBufferBytes, note: 'O_DIRECT bounce buffers, sha256 checks of packed records' },
+    { key: 'decode_bytes', label: '--compress decoder', bytes: p.decodeBytes, note: 'one coded block in, one out' },
+    { key: 'engine_bytes', label: 'engine sequences', bytes: p.engineBytes, note: `${p.parallel} more states and their arrays (--parallel ${p.parallel})` },
+    { key: 'resident_small_bytes', label: 'resident small tensors', bytes: p.smallBytes, note: 'norms, biases, conv taps' },
+    { key: 'derived_bytes', label: 'derived tensors', bytes: p.derivedBytes, note: 'Attention Residuals folds, f32' },
+    { key: 'kda_state_bytes', label: 'KDA state', bytes: p.kdaStateBytes, note: 'per sequence, f32' },
+    { key: 'mla_cache_bytes', label: 'MLA latent cache', bytes: p.mlaCacheBytes, note: `${p.ctx} positions` },
+    { key: 'scratch_bytes', label: 'scratch', bytes: p.scratchBytes, note: 'activations for a chunk, doubled for GC slack' },
+    { key: 'pinned_trunk_bytes', label: 'pinned trunk', bytes: p.pinnedBytes, note: `${p.pinnedPieces} pieces` },
+    { key: 'ring_bytes', label: 'streaming ring', bytes: p.ringBytes, note: p.ringBytes ? `3+ x largest piece (${formatBytes(p.maxPieceBytes)})` : 'not needed: trunk fully pinned' },
+    { key: 'expert_cache_bytes', label: 'expert cache', bytes: p.expertCacheBytes, note: `${p.expertSlots} of ${p.expertsTotal} experts of ${formatBytes(p.expertBytes)}` },
+    { key: 'embedding_resident_bytes', label: 'embedding (resident)', bytes: p.embedResidentBytes, note: 'else one row per token, read on demand' },
+  ];
 }
 
 export const PRESETS = ['laptop', 'desktop', 'workstation', 'server', 'max', 'auto'] as const;
@@ -264,7 +372,8 @@ export function resolveBudget(memory: string | undefined, preset: string | undef
 /** Refuse a budget below the floor, naming the smallest one that works. */
 export function checkFloor(plan: Plan): void {
   if (plan.budgetBytes < plan.floorBytes) {
-    const seqs = plan.parallel > 0 ? ` with ${plan.parallel} sequences decoded together (--parallel ${plan.parallel})` : '';
+    const seqs = (plan.parallel > 0 ? ` with ${plan.parallel} sequences decoded together (--parallel ${plan.parallel})` : '') +
+      (plan.threads > 1 ? ` on ${plan.threads} threads (each past the first adds ${formatBytes(WORKER_BYTES)}; -t sets them)` : '');
     throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)} is below this model's floor${seqs}: the smallest budget that works is ${plan.floorBytes} bytes (${formatBytes(plan.floorBytes)}; --memory ${Math.ceil(plan.floorBytes / MiB)}M)`);
   }
 }

@@ -19,15 +19,15 @@ import { decodeRow } from '../formats/decode.js';
 import { PANEL_COLS, PANEL_FROM, panelWidth, toPanelsInPlace } from '../formats/panels.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { allSettledOrThrow } from '../util/settle.js';
-import { makeReader, type IoMode } from './direct-reader.js';
+import { directSupported, makeReader, type IoMode } from './direct-reader.js';
 import { CyclePolicy, ExpertCache, expertKey, keyLayer } from './expert-cache.js';
 import { buildLayout, pieceView, type ExpertPart, type Layout, type Piece, type Range, type TrunkMatrixLayout } from './layout.js';
 import { residentMat, type GatedMats, type Mat } from './mat.js';
-import { checkFloor, makePlan, maxBudget, resolveBudget, type Plan, type StateSize } from './plan.js';
+import { checkFloor, kernelMaxCols, makePlan, maxBudget, resolveBudget, type Plan, type PlanEnv, type StateSize } from './plan.js';
 import { Ring } from './ring.js';
 import { bf16Decoder, decodeRunInPlace, q7View, requantizeQ7InPlace } from '../kernels/fast.js';
 import type { WeightView } from '../formats/weight.js';
-import { withChecksums } from './checksums.js';
+import { knownRanges, withChecksums } from './checksums.js';
 import type { VerifyMode } from './verified-reader.js';
 
 /** Positioned reads of byte ranges into caller memory. A test double can inject faults. */
@@ -106,6 +106,8 @@ export interface StoreOptions {
   ctx?: number;
   /** Sequences an engine decodes together (src/api/engine.ts), counted in the plan (Plan.engineBytes); default 0: one sequence. */
   parallel?: number;
+  /** Compute threads the kernels run on, counted in the plan (Plan.threadBytes); default 1. */
+  threads?: number;
   chunk?: number;
   reader?: ByteReader;
   maxPiece?: number;
@@ -183,6 +185,7 @@ export class WeightStore {
     fastTrunk = false,
     private readonly allocTogether: (bytes: number) => Uint8Array | null = alloc,
     panels: PanelOptions | false = {},
+    env: PlanEnv = {},
   ) {
     if (fastTrunk) for (const m of layout.matrices.values()) if (fastEligible(m)) this.q7.add(m.base);
     if (panels) {
@@ -191,7 +194,7 @@ export class WeightStore {
         if (w) this.panelWidths.set(m.base, w);
       }
     }
-    this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel);
+    this.plan = makePlan(cfg, layout, state, budget, ctx, chunk, parallel, env);
     checkFloor(this.plan);
     const streamed = layout.sequence.slice(this.plan.pinnedPieces);
     this.ring = new Ring(alloc(this.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
@@ -211,7 +214,7 @@ export class WeightStore {
   static fromPrepared(p: Prepared, opts: StoreOptions = {}): WeightStore {
     const base = opts.reader ?? makeReader(opts.io ?? 'buffered', () => new FsReader(), opts.notice);
     const reader = withChecksums(p.dir, p.entries, base, opts.verifyReads ?? 'first');
-    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false, opts.allocTogether ?? opts.alloc, opts.panels ?? {});
+    const store = new WeightStore(p.cfg, p.entries, p.layout, reader, p.state, p.budget, p.ctx, p.chunk, opts.alloc, p.parallel, opts.fastTrunk ?? false, opts.allocTogether ?? opts.alloc, opts.panels ?? {}, p.env);
     store.lookahead = opts.lookahead ?? true;
     return store;
   }
@@ -222,15 +225,12 @@ export class WeightStore {
   }
 
   static planOf(p: Prepared): Plan {
-    return makePlan(p.cfg, p.layout, p.state, p.budget, p.ctx, p.chunk, p.parallel);
+    return makePlan(p.cfg, p.layout, p.state, p.budget, p.ctx, p.chunk, p.parallel, p.env);
   }
 
   /** Widest matrix the kernels must handle (columns). */
   static maxCols(p: Prepared): number {
-    const { cfg, layout } = p;
-    let m = cfg.hiddenSize;
-    for (const t of layout.matrices.values()) m = Math.max(m, t.cols);
-    return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
+    return kernelMaxCols(p.cfg, p.layout);
   }
 
   private inFlight = 0;
@@ -850,6 +850,12 @@ export function prepareStore(dir: string, opts: OpenOptions) {
   const b = opts.budget ?? Number.MAX_SAFE_INTEGER;
   const state = opts.stateSize(cfg);
   const parallel = opts.parallel ?? 0;
-  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk, parallel));
-  return { dir, cfg, entries, layout, state, budget, ctx, chunk, parallel };
+  // what the plan counts beside the weights: the threads, and the buffers of the reader fromPrepared makes
+  const env: PlanEnv = {
+    threads: opts.threads ?? 1,
+    directIo: !opts.reader && (opts.io ?? 'buffered') !== 'buffered' && directSupported(),
+    verified: (opts.verifyReads ?? 'first') !== 'off' && knownRanges(dir, entries).length > 0,
+  };
+  const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk, parallel, env));
+  return { dir, cfg, entries, layout, state, budget, ctx, chunk, parallel, env };
 }
