@@ -5,7 +5,7 @@ import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { stopOnSignals } from './signals.js';
 import { loadConfig } from '../checkpoint/config.js';
-import { formatSummary } from '../generate/report.js';
+import { formatSummary, overBudgetWarning } from '../generate/report.js';
 import { Sampler, type SamplingOptions } from '../generate/sampling.js';
 import { checkTokenizerFits, loadTokenizer, renderChat, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
@@ -110,6 +110,10 @@ JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per
 emitted, gb_read_per_emitted_token. Generation stops when prompt + generated tokens reach --ctx
 (stop_reason context); without --ctx the memory plan is made for prompt + N tokens when -n / --gen
 is given. Ctrl-C stops at the next token and prints what was generated and the report (exit 130).
+The report compares peak RSS with the budget: above it, one warning line on stderr and
+"over_budget": true in --json (docs/MEMORY.md says what the plan counts).
+
+  --strict-memory        exit 5 (after the output and report) when peak RSS ended above the budget
 
   -p, --prompt TEXT      the prompt
   -f, --prompt-file F    the prompt from a file (- = stdin)
@@ -129,7 +133,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'run',
       args,
-      { ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      { 'strict-memory': { type: 'boolean' }, ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -166,6 +170,7 @@ ${MODEL_HELP}`,
     if (ids.length >= ctx) throw new UserError(`run: the prompt is ${ids.length} tokens; --ctx ${ctx} leaves no room to generate (raise --ctx)`);
     const room = ctx - ids.length;
     const interrupt = stopOnSignals('run');
+    let overBudget = false;
     const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok }, tok);
     try {
       interrupt.throwIfAborted();
@@ -189,9 +194,14 @@ ${MODEL_HELP}`,
         if (reason === 'interrupted') process.stderr.write('[interrupted]\n');
         process.stderr.write(formatSummary(sum) + '\n');
       }
+      const over = overBudgetWarning(sum);
+      if (over) {
+        process.stderr.write(`k3 run: ${over}\n`);
+        if (values['strict-memory'] && !interrupt.aborted) overBudget = true;
+      }
     } finally {
       await kimi.close();
     }
-    return interrupt.aborted ? 130 : 0;
+    return interrupt.aborted ? 130 : overBudget ? 5 : 0;
   },
 };

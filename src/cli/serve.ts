@@ -9,6 +9,7 @@ import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFr
 import { startServer } from '../server/server.js';
 import { samplingDefaults } from '../server/generation-config.js';
 import { UserError } from '../util/errors.js';
+import { formatBytes } from '../util/format.js';
 
 /** How long a stop may take before the process exits without waiting (a forward pass at a small
  *  budget of a big model can take longer; the server has nothing on disk to finish). */
@@ -85,7 +86,10 @@ ${MODEL_HELP}`,
     await untilStopped('k3 serve', STOP_GRACE_MS);
     process.stderr.write('k3 serve: stopping\n');
     await srv.close();
+    const budget = kimi.model.store.plan.budgetBytes;
     await kimi.close();
+    const peak = process.resourceUsage().maxRSS * 1024;
+    if (peak > budget) process.stderr.write(`k3 serve: warning: peak RSS ${formatBytes(peak)} (${peak} bytes) was above the memory budget ${formatBytes(budget)}: memory the plan does not count (docs/MEMORY.md)\n`);
     return 0;
   },
 };

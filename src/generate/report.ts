@@ -47,6 +47,8 @@ export interface RunSummary {
   /** The plan's floor: the smallest budget that works, i.e. a ceiling on peak RSS like the budget
    *  (store/plan.ts). Peak RSS counts the pages touched, so it may stay below both. */
   floor_bytes: number;
+  /** Peak RSS ended above the budget: the plan missed something (`k3 run` warns; --strict-memory fails, exit 5). */
+  over_budget: boolean;
   spec?: SpecReport;
 }
 
@@ -136,6 +138,7 @@ export class RunRecorder {
     const wall = (performance.now() - this.decodeT0) / 1000;
     const decodeSec = this.steps.reduce((a, b) => a + b.seconds, 0);
     const spt = emitted ? decodeSec / emitted : this.prefillSeconds;
+    const peak = process.resourceUsage().maxRSS * 1024;
     return {
       steps: this.steps,
       prefill_tokens: this.prefillTokens,
@@ -151,12 +154,19 @@ export class RunRecorder {
       io_wait_share: this.steps.length && wall > 0 ? Math.min(1, (s.ioWaitMs - d.ioWaitMs) / 1000 / wall) : 0,
       io_overlap: s.readBusyMs > d.readBusyMs ? Math.max(0, Math.min(1, 1 - (s.ioWaitMs - d.ioWaitMs) / (s.readBusyMs - d.readBusyMs))) : null,
       prefetch_hit_rate: s.guesses > d.guesses ? (s.guessHits - d.guessHits) / (s.guesses - d.guesses) : null,
-      peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
+      peak_rss_bytes: peak,
       budget_bytes: this.store.plan.budgetBytes,
       floor_bytes: this.store.plan.floorBytes,
+      over_budget: peak > this.store.plan.budgetBytes,
       ...(sp ? { spec: { sweeps: this.steps.length, drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.drafted ? sp.accepted / sp.drafted : null, tokens_per_sweep: this.steps.length ? emitted / this.steps.length : 0 } } : {}),
     };
   }
+}
+
+/** The one warning line for a run whose peak RSS ended above its budget, else null. */
+export function overBudgetWarning(r: RunSummary): string | null {
+  if (!r.over_budget) return null;
+  return `warning: peak RSS ${formatBytes(r.peak_rss_bytes)} (${r.peak_rss_bytes} bytes) is above the memory budget ${formatBytes(r.budget_bytes)} (${(r.peak_rss_bytes / r.budget_bytes).toFixed(3)}x): memory the plan does not count (docs/MEMORY.md); --strict-memory makes this exit 5`;
 }
 
 export function formatSummary(r: RunSummary): string {
@@ -166,6 +176,6 @@ export function formatSummary(r: RunSummary): string {
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
     ...(r.spec ? [`spec    ${r.spec.accepted} of ${r.spec.drafted} drafted tokens accepted; ${r.spec.tokens_per_sweep.toFixed(2)} tokens per sweep`] : []),
     `read    ${formatBytes(g.trunk * 1e9)} trunk + ${formatBytes(g.experts * 1e9)} experts + ${formatBytes(g.embeddings * 1e9)} embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time${r.io_overlap === null ? '' : `, ${(r.io_overlap * 100).toFixed(0)}% of read time hidden behind compute`}${r.prefetch_hit_rate === null ? '' : `; expert guesses right ${(r.prefetch_hit_rate * 100).toFixed(0)}%`}`,
-    `memory  peak RSS ${formatBytes(r.peak_rss_bytes)}, at most the budget ${formatBytes(r.budget_bytes)} (floor ${formatBytes(r.floor_bytes)}: the smallest budget, a ceiling on RSS; RSS counts only pages touched)`,
+    `memory  peak RSS ${formatBytes(r.peak_rss_bytes)}, ${r.over_budget ? 'ABOVE' : 'at most'} the budget ${formatBytes(r.budget_bytes)} (floor ${formatBytes(r.floor_bytes)}: the smallest budget, a ceiling on RSS; RSS counts only pages touched)`,
   ].join('\n');
 }

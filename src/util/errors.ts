@@ -1,7 +1,8 @@
 // Errors a user can cause (bad file, bad flag, bad id) are UserError: the CLI prints one line
 // and exits with the code given, never a stack trace. Anything else is a bug and keeps its trace.
 
-/** Exit codes: 2 = bad input or usage, 1 = I/O failure, 4 = a weight read failed mid-run. */
+/** Exit codes: 2 = bad input or usage, 1 = I/O failure, 4 = a weight read failed mid-run;
+ *  (not errors: 130 = interrupted, 5 = `k3 run --strict-memory` ended above its memory budget). */
 export class UserError extends Error {
   readonly exitCode: number;
   constructor(message: string, exitCode = 2) {
