@@ -303,6 +303,7 @@ export class Kernels {
     const end = offset + bytes;
     if (end > this.memBytes) this.growTo(end);
     this.top = end;
+    if (end > this.peak) this.peak = end;
     return offset;
   }
 
@@ -310,6 +311,14 @@ export class Kernels {
   allocF32(n: number): Float32Array {
     const r = this.alloc(n * 4, 64);
     return new Float32Array(this.mem, r.offset, n);
+  }
+
+  private peak = 0;
+
+  /** The highest the arena top has been: what stays allocated, and the temporaries of the
+   *  largest call on top (test/memory.test.ts checks them against the plan's count). */
+  get peakTop(): number {
+    return this.peak;
   }
 
   /** Current arena top, for release(). */
