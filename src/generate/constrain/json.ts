@@ -5,7 +5,9 @@
 
 import { Lit, LitFrame, popped, push, refeed, newId, type Frame, type G, type Stack } from './core.js';
 import { keyLen, MinLengths, dumps, rawStringMin, sepLen, type Layout } from './minlen.js';
+import { EXP_DIGITS, FRAC_DIGITS, INT_DIGITS } from './numrange.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
+import { ESCAPES, numLang, strLang, type StrLang } from './strlang.js';
 import { bytesOf, utf8Next, utf8Pending } from './symbols.js';
 import { ByteTrie } from './trie.js';
 import type { PlainClass } from './vocab.js';
@@ -16,10 +18,6 @@ const isWs = (b: number): boolean => b === 0x20;
 /** Longest whitespace run between JSON tokens: one space. K3's response-format message asks for
  *  raw JSON "without any additional formatting", and Moonshot's API returns no newline or tab. */
 export const WS_CAP = 1;
-/** Digits allowed in a number's integer part, fraction and exponent (keeps every value finite and, for integers, exact). */
-const INT_DIGITS = 15;
-const FRAC_DIGITS = 20;
-const EXP_DIGITS = 2;
 
 const Q = 0x22;
 const BSL = 0x5c;
@@ -163,13 +161,17 @@ class ValueG implements G {
       const k = a.kinds & mask;
       const ok = (kind: number): boolean => (k & kind) !== 0 && mins.atom(a, kind) < Infinity;
       if (sym === Q) {
-        if (ok(K_STR)) out.push(push(below, new StrFrame(a, 0, 0, 0)));
+        if (ok(K_STR)) out.push(push(below, strStart(a)));
       } else if (sym === 0x7b) {
         if (ok(K_OBJ)) out.push(push(below, new ObjFrame(ctx, a, OPEN_, '0'.repeat(a.names.length), -1, false, 0)));
       } else if (sym === 0x5b) {
         if (ok(K_ARR)) out.push(push(below, new ArrFrame(ctx, a, OPEN_, 0, false, 0)));
       } else if (sym === 0x2d || isDigit(sym)) {
-        if (ok(K_INT) || ok(K_NUM)) NumFrame.start(!(k & K_NUM), sym, below, out);
+        if (ok(K_INT) || ok(K_NUM)) {
+          const lang = numLang(a, !(k & K_NUM));
+          if (lang) new PatNumFrame(lang, 0).step(sym, below, out);
+          else NumFrame.start(!(k & K_NUM), sym, below, out);
+        }
       } else if (sym === 0x74) {
         if (ok(K_BOOL)) TRUE.enter(below, sym, out);
       } else if (sym === 0x66) {
@@ -192,7 +194,11 @@ class RawG implements G {
       if (a.lits) {
         const t = new ByteTrie(a.lits.filter((v): v is string => typeof v === 'string').map(bytesOf));
         if (!t.empty) new EnumFrame(t, 0).step(sym, below, out);
-      } else if (a.kinds & K_STR) new RawStrFrame(a, 0, 0).step(sym, below, out);
+      } else if (a.kinds & K_STR) {
+        const lang = strLang(a, 'raw');
+        if (lang && !lang.dfa.universal(0)) new RawPatFrame(lang, a, 0, 0).step(sym, below, out);
+        else new RawStrFrame(a, 0, 0).step(sym, below, out);
+      }
     }
   }
 }
@@ -276,6 +282,89 @@ class StrFrame implements Frame {
       const s = utf8Next(0, sym);
       if (s >= 0) this.next(count + 1, 0, s, below, out);
     }
+  }
+}
+
+/** The frame just after a string's opening quote. */
+function strStart(a: Atom): Frame {
+  const lang = strLang(a, 'json');
+  return lang && !lang.dfa.universal(0) ? new PatStrFrame(lang, a, 0, 0, false) : new StrFrame(a, 0, 0, 0);
+}
+
+/** Inside a JSON string held to patterns: DFA state q of the text so far, `count` code points; `esc` after a backslash. */
+class PatStrFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number, readonly esc: boolean) {
+    this.key = `p${lang.id}.${q}.${count}.${esc ? 1 : 0}`;
+    let m = Infinity;
+    if (!esc) m = lang.min(q, count);
+    else {
+      for (const [, b] of ESCAPES) {
+        const c = lang.nextCount(count, b);
+        if (c >= 0) m = Math.min(m, 1 + lang.min(lang.dfa.next(q, b), c));
+      }
+    }
+    this.min = m + 1;
+  }
+  /** The text gains byte `b`. */
+  private feed(b: number, below: Stack | null, out: Stack[]): void {
+    const { lang, a } = this;
+    const q = lang.dfa.next(this.q, b);
+    const c = lang.nextCount(this.count, b);
+    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
+    // once the patterns hold whatever follows, the plain string frame goes on (escapes, plain-text masks)
+    if (lang.dfa.universal(q)) out.push(push(below, new StrFrame(a, c, 0, lang.dfa.phase[q]!)));
+    else out.push(push(below, new PatStrFrame(lang, a, q, c, false)));
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    if (sym > 255) return;
+    if (this.esc) {
+      for (const [e, b] of ESCAPES) if (e === sym) this.feed(b, below, out);
+    } else if (sym === Q) {
+      if (this.lang.done(this.q, this.count)) popped(below, out);
+    } else if (sym === BSL) {
+      const f = new PatStrFrame(this.lang, this.a, this.q, this.count, true);
+      if (f.min < Infinity) out.push(push(below, f));
+    } else if (sym >= 0x20) this.feed(sym, below, out);
+  }
+}
+
+/** A raw string argument held to patterns (see PatStrFrame), ended by the next control symbol. */
+class RawPatFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number) {
+    this.key = `P${lang.id}.${q}.${count}`;
+    this.min = lang.min(q, count);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { lang, a } = this;
+    if (sym > 255) {
+      if (lang.done(this.q, this.count)) refeed(below, sym, out);
+      return;
+    }
+    const q = lang.dfa.next(this.q, sym);
+    const c = lang.nextCount(this.count, sym);
+    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
+    if (lang.dfa.universal(q)) out.push(push(below, new RawStrFrame(a, c, lang.dfa.phase[q]!)));
+    else out.push(push(below, new RawPatFrame(lang, a, q, c)));
+  }
+}
+
+/** A bounded number: DFA state q of its text (numrange.ts); it ends where the next symbol cannot go on. */
+class PatNumFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly q: number) {
+    this.key = `N${lang.id}.${q}`;
+    this.min = lang.min(q, 0);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { lang } = this;
+    const q = sym < 256 ? lang.dfa.next(this.q, sym) : -1;
+    if (q >= 0 && lang.min(q, 0) < Infinity) out.push(push(below, new PatNumFrame(lang, q)));
+    if (this.q !== 0 && lang.done(this.q, 0)) refeed(below, sym, out);
   }
 }
 

@@ -2,6 +2,7 @@
 // recursive schema's nodes start at Infinity and shrink). Exact minimums are what keeps the
 // budget rule sound: from a state whose minimum fits, some next symbol lowers it by one.
 
+import { numLang, strLang } from './strlang.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
 
 /** Layouts: JSON with optional whitespace (a response document), or Python json.dumps' default separators (tool arguments). */
@@ -70,11 +71,16 @@ export class MinLengths {
       case K_BOOL:
         return 4;
       case K_INT:
-        return 1;
-      case K_NUM:
+        return numLang(a, true)?.min(0, 0) ?? 1;
+      case K_NUM: {
+        const bounded = numLang(a, false);
+        if (bounded) return bounded.min(0, 0);
         return a.kinds & K_INT ? Infinity : 3; // "1.5": only a schema without integers needs the fraction
-      case K_STR:
-        return 2 + a.minLength;
+      }
+      case K_STR: {
+        const lang = strLang(a, 'json');
+        return 2 + (lang ? lang.min(0, 0) : a.minLength);
+      }
       case K_OBJ: {
         let sum = 2;
         for (let i = 0; i < a.required.length; i++) {
@@ -104,7 +110,7 @@ export function rawStringMin(n: Node): number {
   for (const a of n.atoms) {
     if (a.lits) {
       for (const v of a.lits) if (typeof v === 'string') m = Math.min(m, utf8Len(v));
-    } else if (a.kinds & K_STR) m = Math.min(m, a.minLength);
+    } else if (a.kinds & K_STR) m = Math.min(m, strLang(a, 'raw')?.min(0, 0) ?? a.minLength);
   }
   return m;
 }

@@ -5,6 +5,10 @@
 // `unsupported` (the value produced is still of an allowed type).
 
 import { UserError } from '../../util/errors.js';
+import { formatPattern } from './formats.js';
+import type { Bound } from './numrange.js';
+import { RegexError, parseRegex, type Re } from './regex.js';
+import { searchOf } from './dfa.js';
 
 export const K_NULL = 1;
 export const K_BOOL = 2;
@@ -48,6 +52,21 @@ export interface Atom {
   items: Node | null;
   minItems: number;
   maxItems: number;
+  /** pattern / format: whole-string regexes every string value matches (empty: none). */
+  patterns: StrPattern[];
+  /** minimum / maximum and their exclusive forms (null: unbounded). */
+  lo: Bound | null;
+  hi: Bound | null;
+}
+
+/** A string regex (already a search for `pattern`) and where the schema says it, for errors. */
+export interface StrPattern {
+  re: Re;
+  /** The source, for the JS RegExp that filters enum values (u flag). */
+  src: string;
+  /** Identifies the language (`pattern` sources are searches, `format` ones are whole-string). */
+  key: string;
+  where: string;
 }
 
 export class Node {
@@ -77,12 +96,15 @@ interface Cons {
   arr: ArrPart[];
   minItems: number;
   maxItems: number;
+  patterns: StrPattern[];
+  lo: Bound | null;
+  hi: Bound | null;
 }
 
 const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
-const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum']);
 
-const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity });
+const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null });
 
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -107,7 +129,42 @@ function merge(a: Cons, b: Cons): Cons {
     arr: [...a.arr, ...b.arr],
     minItems: Math.max(a.minItems, b.minItems),
     maxItems: Math.min(a.maxItems, b.maxItems),
+    patterns: [...a.patterns, ...b.patterns],
+    lo: tighter(a.lo, b.lo, 1),
+    hi: tighter(a.hi, b.hi, -1),
   };
+}
+
+/** The stricter of two lower (dir 1) or upper (dir -1) bounds. */
+function tighter(a: Bound | null, b: Bound | null, dir: number): Bound | null {
+  if (!a || !b) return a ?? b;
+  if (a.value !== b.value) return (a.value - b.value) * dir > 0 ? a : b;
+  return a.strict ? a : b;
+}
+
+/** Does a literal value keep to an atom's patterns and bounds? */
+function litFits(v: unknown, c: Cons): boolean {
+  if (typeof v === 'string') return c.patterns.every((p) => jsRegex(p.src).test(v));
+  if (typeof v === 'number') {
+    if (c.lo && (c.lo.strict ? !(v > c.lo.value) : !(v >= c.lo.value))) return false;
+    if (c.hi && (c.hi.strict ? !(v < c.hi.value) : !(v <= c.hi.value))) return false;
+  }
+  return true;
+}
+
+const regexCache = new Map<string, RegExp>();
+function jsRegex(src: string): RegExp {
+  let r = regexCache.get(src);
+  if (!r) {
+    try {
+      r = new RegExp(src, 'u');
+    } catch {
+      r = new RegExp(src);
+    }
+    if (regexCache.size > 256) regexCache.clear();
+    regexCache.set(src, r);
+  }
+  return r;
 }
 
 function product(xs: Cons[], ys: Cons[]): Cons[] {
@@ -126,8 +183,28 @@ export class SchemaCompiler {
   private nextSchemaId = 2;
   private expanding = new Set<object>();
   private atomCount = 0;
+  private paths: WeakMap<object, string> | null = null;
 
   constructor(readonly root: Schema, readonly where = 'schema') {}
+
+  /** A subschema's JSON pointer in the root (the first place it occurs), for error messages. */
+  private pathOf(s: object): string {
+    if (!this.paths) {
+      const paths = new WeakMap<object, string>();
+      const walk = (v: unknown, p: string, depth: number): void => {
+        if (v === null || typeof v !== 'object' || paths.has(v) || depth > 64) return;
+        paths.set(v, p);
+        for (const [k, x] of Object.entries(v)) walk(x, `${p}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, depth + 1);
+      };
+      walk(this.root, '', 0);
+      this.paths = paths;
+    }
+    return this.paths.get(s) ?? '';
+  }
+
+  private pattern(s: object, keyword: string, src: string, re: Re): StrPattern {
+    return { re, src, key: `${keyword}:${src}`, where: `${this.where}: ${this.pathOf(s)}/${keyword}` };
+  }
 
   private sid(s: Schema): number {
     if (s === true) return 0;
@@ -224,6 +301,31 @@ export class SchemaCompiler {
     if (nonNegInt(s.minItems)) c.minItems = s.minItems;
     if (nonNegInt(s.maxItems)) c.maxItems = s.maxItems;
     if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
+    if (typeof s.pattern === 'string') {
+      let re: Re;
+      try {
+        re = searchOf(parseRegex(s.pattern));
+      } catch (e) {
+        if (!(e instanceof RegexError)) throw e;
+        throw new UserError(`${this.where}: ${this.pathOf(s)}/pattern: cannot hold ${e.message}`);
+      }
+      c.patterns.push(this.pattern(s, 'pattern', s.pattern, re));
+    }
+    if (typeof s.format === 'string') {
+      const src = formatPattern(s.format);
+      if (src !== undefined) c.patterns.push(this.pattern(s, 'format', src, parseRegex(src)));
+      else this.unsupported.add(`format ${s.format}`);
+    } else if (s.format !== undefined) this.unsupported.add('format');
+    const num = (k: string): number | null => (typeof s[k] === 'number' && Number.isFinite(s[k]) ? (s[k] as number) : null);
+    const lo = num('minimum');
+    const hi = num('maximum');
+    // draft 4 writes the exclusive forms as booleans beside minimum / maximum
+    if (lo !== null) c.lo = { value: lo, strict: s.exclusiveMinimum === true };
+    if (hi !== null) c.hi = { value: hi, strict: s.exclusiveMaximum === true };
+    const xlo = num('exclusiveMinimum');
+    const xhi = num('exclusiveMaximum');
+    if (xlo !== null) c.lo = tighter(c.lo, { value: xlo, strict: true }, 1);
+    if (xhi !== null) c.hi = tighter(c.hi, { value: xhi, strict: true }, -1);
     const props = s.properties;
     const ap = s.additionalProperties;
     if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined) {
@@ -245,6 +347,7 @@ export class SchemaCompiler {
     if (c.lits) {
       c.lits = c.lits.filter((v) => {
         if ((kindOf(v) & c.kinds) === 0 && !((kindOf(v) & K_INT) && (c.kinds & K_NUM))) return false;
+        if (!litFits(v, c)) return false;
         if (typeof v === 'string') {
           const n = codePoints(v);
           return n >= c.minLength && n <= c.maxLength;
@@ -316,6 +419,9 @@ export class SchemaCompiler {
       items,
       minItems: c.minItems,
       maxItems,
+      patterns: c.patterns,
+      lo: c.lo,
+      hi: c.hi,
     };
   }
 }
