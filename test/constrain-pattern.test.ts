@@ -1,5 +1,5 @@
-// Constrained decoding of `pattern`, `format` and numeric bounds (src/generate/constrain: regex.ts,
-// dfa.ts, strlang.ts, numrange.ts, formats.ts): the pattern automaton agrees with JS RegExp,
+// Constrained decoding of `pattern`, `format`, numeric bounds and min/maxProperties
+// (src/generate/constrain: regex.ts, dfa.ts, strlang.ts, numrange.ts, formats.ts, minlen.ts): the pattern automaton agrees with JS RegExp,
 // bounded numbers with the comparisons, random walks (symbols and tokens) always finish in
 // documents and tool calls that ajv (and independent format checks) accept, the fewest bytes to
 // finish are exact, what cannot be held is refused naming the schema path; and the mask cost on
@@ -17,7 +17,7 @@ import { parseRegex } from '../src/generate/constrain/regex.js';
 import { CLOSE, END, OPEN, SEP } from '../src/generate/constrain/symbols.js';
 import { Tokenizer, demoTokenizerFiles } from '../src/tokenizer/index.js';
 import { UserError } from '../src/util/errors.js';
-import { accepts, callArguments, docMatcher, feedText, parseReply, randomWalk, validator, walkDown } from './constrain-helpers.js';
+import { accepts, callArguments, docMatcher, parseReply, randomWalk, validator, walkDown } from './constrain-helpers.js';
 import { ROOT, xorshift } from './helpers.js';
 
 const dfas = new Map<string, ReturnType<typeof dfaOf>>();
@@ -97,6 +97,9 @@ const SCHEMAS: unknown[] = [
   { type: 'string', pattern: '^[\\t\\n ]+\\.$' },
   { enum: ['ab', 'cd', 'abc'], pattern: '^a' },
   { type: 'integer', minimum: 0, maximum: 0 },
+  { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, minProperties: 2, maxProperties: 2 },
+  { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, required: ['c'], minProperties: 2, additionalProperties: false },
+  { type: 'array', items: { type: 'object', additionalProperties: { type: 'integer', minimum: 5 }, maxProperties: 1 }, minItems: 1 },
 ];
 
 test('random walks with patterns and bounds always end in documents that validate; the fewest bytes are exact', () => {
@@ -182,26 +185,35 @@ test('what cannot be held is refused, naming the schema path', () => {
   const comp = new SchemaCompiler({ type: 'integer', minimum: 0, multipleOf: 3 });
   comp.node(comp.root);
   assert.deepEqual([...comp.unsupported], ['multipleOf']);
+  assert.deepEqual(docMatcher({ type: 'object', properties: { a: {} }, minProperties: 2 }).unsupported, ['minProperties (past the declared keys)']);
+  assert.throws(() => replyGrammar({ thinking: false, json: { type: 'object', properties: { a: {} }, minProperties: 2, additionalProperties: false } }), /no JSON value/);
+  assert.throws(() => replyGrammar({ thinking: false, json: { type: 'object', properties: { a: {}, b: {} }, required: ['a', 'b'], maxProperties: 1 } }), /no JSON value/);
 });
 
 const TOOLS = [
   { name: 'book', parameters: { type: 'object', properties: { date: { type: 'string', format: 'date' }, code: { type: 'string', pattern: '^[A-Z]{3}$' }, seats: { type: 'integer', minimum: 1, maximum: 9 }, note: { type: 'string', pattern: 'ok', maxLength: 6 }, ids: { type: 'array', items: { type: 'string', pattern: '^#\\d+$' }, maxItems: 2 } }, required: ['date', 'code', 'seats'] } },
+  { name: 'pick', parameters: { type: 'object', properties: { x: { type: 'integer', exclusiveMaximum: 0 }, y: { type: 'string', format: 'uuid' }, z: { type: 'number', minimum: 0.25, maximum: 0.5 } }, minProperties: 2, maxProperties: 2 } },
 ];
 
-test('tool arguments: raw string patterns, formats and bounds; every call parses and validates', () => {
+test('tool arguments: raw string patterns, formats, bounds, min/maxProperties; every call parses and validates', () => {
   const tok = new Tokenizer(demoTokenizerFiles()['tiktoken.model'] as string, demoTokenizerFiles()['tokenizer_config.json'] as string);
   const id = new Map([[OPEN, tok.specialId('<|open|>')!], [CLOSE, tok.specialId('<|close|>')!], [SEP, tok.specialId('<|sep|>')!], [END, tok.specialId('<|end_of_msg|>')!]]);
-  const ok = validator(TOOLS[0]!.parameters);
-  const { root, unsupported } = replyGrammar({ thinking: false, tools: TOOLS, toolMode: 'required' });
-  assert.deepEqual(unsupported, []);
-  const m = new Matcher(root);
-  for (let seed = 1; seed <= 40; seed++) {
-    const walk = randomWalk(m, m.min(m.start) + (seed % 5) * 10, seed * 17);
-    const p = parseReply(tok, walk.map((s) => id.get(s) ?? s), false);
-    for (const call of p.calls!) assert.ok(ok(callArguments(call)), JSON.stringify(call.args));
+  const oks = new Map(TOOLS.map((t) => [t.name, validator(t.parameters)]));
+  const names = new Set<string>();
+  for (const tool of TOOLS) {
+    const { root, unsupported } = replyGrammar({ thinking: false, tools: [tool], toolMode: 'required' });
+    assert.deepEqual(unsupported, []);
+    const m = new Matcher(root);
+    for (let seed = 1; seed <= 30; seed++) {
+      const walk = randomWalk(m, m.min(m.start) + (seed % 5) * 10, seed * 17);
+      const p = parseReply(tok, walk.map((s) => id.get(s) ?? s), false);
+      for (const call of p.calls!) {
+        assert.ok(oks.get(call.name)!(callArguments(call)), `${call.name} ${JSON.stringify(call.args)}`);
+        names.add(call.name);
+      }
+    }
   }
-  const st = feedText(m, '');
-  assert.ok(st >= 0);
+  assert.deepEqual([...names].sort(), ['book', 'pick']);
 });
 
 test('token walks (demo vocabulary) with patterns and bounds never dead-end and always validate', () => {

@@ -4,7 +4,7 @@
 // to WS_CAP bytes where JSON allows them; 'py' writes exactly Python's ", " and ": ".
 
 import { Lit, LitFrame, popped, push, refeed, newId, type Frame, type G, type Stack } from './core.js';
-import { keyLen, MinLengths, dumps, rawStringMin, sepLen, type Layout } from './minlen.js';
+import { keyLen, MinLengths, dumps, owedKeys, rawStringMin, sepLen, usedCount, type Layout } from './minlen.js';
 import { EXP_DIGITS, FRAC_DIGITS, INT_DIGITS } from './numrange.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
 import { ESCAPES, numLang, strLang, type StrLang } from './strlang.js';
@@ -37,6 +37,7 @@ export class JsonCtx {
   private keyTries = new Map<number, ByteTrie>();
   private keyLits = new Map<string, Lit>();
   private objMins = new Map<string, number>();
+  private owed = new Map<string, { cost: number; count: number }>();
 
   constructor(nodes: readonly Node[], readonly layout: Layout) {
     this.mins = new MinLengths(nodes, layout);
@@ -104,15 +105,22 @@ export class JsonCtx {
     return m;
   }
 
+  /** The declared keys still owed (required ones, and enough for minProperties) and their fewest bytes. */
   missing(a: Atom, used: string): { cost: number; count: number } {
-    let cost = 0;
-    let count = 0;
-    for (const r of a.required) {
-      if (used[r] === '1') continue;
-      cost += keyLen(a.names[r]!) + this.sep + this.mins.node(a.props[r]!);
-      count++;
-    }
-    return { cost, count };
+    const k = `${a.id}:${used}`;
+    let m = this.owed.get(k);
+    if (!m) this.owed.set(k, (m = this.owedOf(a, used)));
+    return m;
+  }
+
+  private owedOf(a: Atom, used: string): { cost: number; count: number } {
+    return owedKeys((i) => keyLen(a.names[i]!) + this.sep + this.mins.node(a.props[i]!), a.names.length, a.required, used, a.minProps);
+  }
+
+  /** May a key go in with `used` and `extra` free keys written, leaving `usedAfter`? (maxProperties) */
+  keyFits(a: Atom, usedAfter: string, extraAfter: number): boolean {
+    if (a.maxProps === Infinity) return true;
+    return usedCount(usedAfter) + extraAfter + this.missing(a, usedAfter).count <= a.maxProps;
   }
 
   /** Fewest bytes from just before a key (after '{' or ', ') to the end of the object. */
@@ -438,8 +446,9 @@ const BEFORE_KEY = 4;
 class ObjFrame implements Frame {
   readonly key: string;
   readonly min: number;
-  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly phase: number, readonly used: string, readonly prop: number, readonly sp: boolean, readonly ws: number) {
-    this.key = `o${ctx.layout[0]}${a.id}.${phase}.${used}.${prop}.${sp ? 1 : 0}.${ws}`;
+  /** `extra`: free keys written (counted only under maxProperties). */
+  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly phase: number, readonly used: string, readonly prop: number, readonly sp: boolean, readonly ws: number, readonly extra = 0) {
+    this.key = `o${ctx.layout[0]}${a.id}.${phase}.${used}.${prop}.${sp ? 1 : 0}.${ws}.${extra}`;
     const sp1 = sp ? 1 : 0;
     const value = (): number => ctx.mins.node(prop >= 0 ? a.props[prop]! : a.additional!);
     switch (phase) {
@@ -450,8 +459,8 @@ class ObjFrame implements Frame {
       default: this.min = sp1 + ctx.objBeforeKey(a, used, false);
     }
   }
-  private go(phase: number, used: string, prop: number, sp: boolean, ws: number): ObjFrame {
-    return new ObjFrame(this.ctx, this.a, phase, used, prop, sp, ws);
+  private go(phase: number, used: string, prop: number, sp: boolean, ws: number, extra = this.extra): ObjFrame {
+    return new ObjFrame(this.ctx, this.a, phase, used, prop, sp, ws, extra);
   }
   step(sym: number, below: Stack | null, out: Stack[]): void {
     const { ctx, a, phase, used, prop } = this;
@@ -466,7 +475,7 @@ class ObjFrame implements Frame {
     }
     switch (phase) {
       case OPEN_:
-        if (sym === 0x7d && a.required.length === 0) popped(below, out);
+        if (sym === 0x7d && ctx.missing(a, used).count === 0) popped(below, out);
         else if (sym === Q) this.keys(below, out);
         return;
       case KEYED:
@@ -486,7 +495,7 @@ class ObjFrame implements Frame {
     }
   }
   private canAdd(): boolean {
-    return ctx_canAdd(this.ctx, this.a, this.used);
+    return ctx_canAdd(this.ctx, this.a, this.used, this.extra);
   }
   /** The opening quote of a key is read: one branch per declared key not yet used, and one for any other key. */
   private keys(below: Stack | null, out: Stack[]): void {
@@ -494,15 +503,17 @@ class ObjFrame implements Frame {
     for (let i = 0; i < a.names.length; i++) {
       if (used[i] === '1' || ctx.mins.node(a.props[i]!) === Infinity) continue;
       const u = used.slice(0, i) + '1' + used.slice(i + 1);
+      if (!ctx.keyFits(a, u, this.extra)) continue;
       out.push(push(push(below, this.go(KEYED, u, i, false, 0)), new LitFrame(ctx.keyLit(a, i), 0)));
     }
-    if (a.additional && ctx.mins.node(a.additional) < Infinity) out.push(push(push(below, this.go(KEYED, used, -1, false, 0)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
+    const extra = a.maxProps === Infinity ? 0 : this.extra + 1;
+    if (a.additional && ctx.mins.node(a.additional) < Infinity && ctx.keyFits(a, used, extra)) out.push(push(push(below, this.go(KEYED, used, -1, false, 0, extra)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
   }
 }
 
-function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string): boolean {
-  if (a.additional && ctx.mins.node(a.additional) < Infinity) return true;
-  for (let i = 0; i < a.names.length; i++) if (used[i] !== '1' && ctx.mins.node(a.props[i]!) < Infinity) return true;
+function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string, extra: number): boolean {
+  if (a.additional && ctx.mins.node(a.additional) < Infinity && ctx.keyFits(a, used, a.maxProps === Infinity ? 0 : extra + 1)) return true;
+  for (let i = 0; i < a.names.length; i++) if (used[i] !== '1' && ctx.mins.node(a.props[i]!) < Infinity && ctx.keyFits(a, used.slice(0, i) + '1' + used.slice(i + 1), extra)) return true;
   return false;
 }
 

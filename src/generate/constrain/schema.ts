@@ -57,6 +57,9 @@ export interface Atom {
   /** minimum / maximum and their exclusive forms (null: unbounded). */
   lo: Bound | null;
   hi: Bound | null;
+  /** minProperties (counted on declared keys only) / maxProperties (every key). */
+  minProps: number;
+  maxProps: number;
 }
 
 /** A string regex (already a search for `pattern`) and where the schema says it, for errors. */
@@ -99,12 +102,14 @@ interface Cons {
   patterns: StrPattern[];
   lo: Bound | null;
   hi: Bound | null;
+  minProps: number;
+  maxProps: number;
 }
 
 const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
-const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties']);
 
-const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null });
+const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity });
 
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -132,6 +137,8 @@ function merge(a: Cons, b: Cons): Cons {
     patterns: [...a.patterns, ...b.patterns],
     lo: tighter(a.lo, b.lo, 1),
     hi: tighter(a.hi, b.hi, -1),
+    minProps: Math.max(a.minProps, b.minProps),
+    maxProps: Math.min(a.maxProps, b.maxProps),
   };
 }
 
@@ -300,6 +307,8 @@ export class SchemaCompiler {
     if (nonNegInt(s.maxLength)) c.maxLength = s.maxLength;
     if (nonNegInt(s.minItems)) c.minItems = s.minItems;
     if (nonNegInt(s.maxItems)) c.maxItems = s.maxItems;
+    if (nonNegInt(s.minProperties)) c.minProps = s.minProperties;
+    if (nonNegInt(s.maxProperties)) c.maxProps = s.maxProperties;
     if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
     if (typeof s.pattern === 'string') {
       let re: Re;
@@ -385,6 +394,15 @@ export class SchemaCompiler {
       else addParts.push(p.additional);
     }
     const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
+    // minProperties is reached with declared keys (free keys are not told apart, so not counted)
+    let minProps = c.minProps;
+    if (minProps > names.length) {
+      if (additionalOk) {
+        this.unsupported.add('minProperties (past the declared keys)');
+        minProps = 0;
+      } else c.kinds &= ~K_OBJ;
+    }
+    if (required.length > c.maxProps || minProps > c.maxProps) c.kinds &= ~K_OBJ;
     // Array: item j must satisfy every part's schema for position j.
     let maxItems = c.maxItems;
     let prefixLen = 0;
@@ -422,6 +440,8 @@ export class SchemaCompiler {
       patterns: c.patterns,
       lo: c.lo,
       hi: c.hi,
+      minProps,
+      maxProps: c.maxProps,
     };
   }
 }
