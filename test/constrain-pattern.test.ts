@@ -100,6 +100,7 @@ const SCHEMAS: unknown[] = [
   { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, minProperties: 2, maxProperties: 2 },
   { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, required: ['c'], minProperties: 2, additionalProperties: false },
   { type: 'array', items: { type: 'object', additionalProperties: { type: 'integer', minimum: 5 }, maxProperties: 1 }, minItems: 1 },
+  { type: 'array', items: { anyOf: [{ type: 'integer', multipleOf: 7, minimum: -30, maximum: 100 }, { type: 'number', multipleOf: 25, exclusiveMinimum: 1000 }, { enum: [14, 15, 21.5] }] } },
 ];
 
 test('random walks with patterns and bounds always end in documents that validate; the fewest bytes are exact', () => {
@@ -133,6 +134,9 @@ test('random walks with patterns and bounds always end in documents that validat
   assert.ok(!accepts(m, '{"id": "0123abcd", "n": 21, "p": 0.5}'));
   assert.ok(!accepts(m, '{"id": "0123abcd", "n": 10, "p": 1}'));
   assert.ok(!accepts(m, '{"id": "0123abcD", "n": 10, "p": 0.5}'));
+  const mult = docMatcher({ type: 'integer', multipleOf: 7, maximum: 100 }).m;
+  for (let v = -50; v <= 120; v++) assert.equal(accepts(mult, String(v)), v % 7 === 0 && v <= 100, String(v));
+  assert.ok(!accepts(mult, '7.0'));
   const esc = docMatcher({ type: 'string', pattern: '^a\\nb"$' }).m;
   assert.ok(accepts(esc, '"a\\nb\\""'));
   assert.ok(!accepts(esc, '"a\\u000ab\\""'), 'no \\u escapes inside a pattern string');
@@ -182,9 +186,9 @@ test('what cannot be held is refused, naming the schema path', () => {
   assert.throws(() => replyGrammar({ thinking: false, json: { type: 'string', pattern: 'a)' } }), /response_format schema: \/pattern: cannot hold unexpected \)/);
   // a pattern no string satisfies with the length: no value
   assert.throws(() => replyGrammar({ thinking: false, json: { type: 'string', pattern: '^abc$', maxLength: 2 } }), /no JSON value/);
-  const comp = new SchemaCompiler({ type: 'integer', minimum: 0, multipleOf: 3 });
+  const comp = new SchemaCompiler({ type: 'number', minimum: 0, multipleOf: 0.01 });
   comp.node(comp.root);
-  assert.deepEqual([...comp.unsupported], ['multipleOf']);
+  assert.deepEqual([...comp.unsupported], ['multipleOf (past integers up to 1000)']);
   assert.deepEqual(docMatcher({ type: 'object', properties: { a: {} }, minProperties: 2 }).unsupported, ['minProperties (past the declared keys)']);
   assert.throws(() => replyGrammar({ thinking: false, json: { type: 'object', properties: { a: {} }, minProperties: 2, additionalProperties: false } }), /no JSON value/);
   assert.throws(() => replyGrammar({ thinking: false, json: { type: 'object', properties: { a: {}, b: {} }, required: ['a', 'b'], maxProperties: 1 } }), /no JSON value/);

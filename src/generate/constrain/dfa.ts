@@ -109,6 +109,24 @@ class Nfa {
   }
 }
 
+/** A deterministic automaton given by its moves (a language no short regex writes: multiples of k). */
+export interface Component {
+  readonly start: number;
+  /** Next state, or -1. */
+  next(s: number, b: number): number;
+  accept(s: number): boolean;
+}
+
+/** Integer text (optional '-', digits) whose value is a multiple of k: the state is the remainder so far. */
+export function multipleOfText(k: number): Component {
+  const isDigit = (b: number): boolean => b >= 0x30 && b <= 0x39;
+  return {
+    start: 0,
+    next: (s, b) => (s === 0 && b === 0x2d ? 1 : isDigit(b) ? 2 + ((s < 2 ? 0 : (s - 2) * 10) + (b - 0x30)) % k : -1),
+    accept: (s) => s === 2,
+  };
+}
+
 /** JSON Schema's `pattern` is a search: any text may come before and after the match. */
 export const searchOf = (re: Re): Re => ({ t: 'seq', items: [ANY_STRING, re, ANY_STRING] });
 
@@ -124,8 +142,9 @@ export class Dfa {
   private univ: Uint8Array | null = null;
 
   /** The strings (valid UTF-8) that every regex matches in full (wrap with searchOf for a search). */
-  constructor(res: readonly Re[]) {
+  constructor(res: readonly Re[], comps: readonly Component[] = []) {
     const nfas = res.map((r) => new Nfa(r));
+    const nn = nfas.length;
     const ids = new Map<string, number>();
     const sets: number[][][] = [];
     const phases: number[] = [];
@@ -143,10 +162,10 @@ export class Dfa {
       }
       return id;
     };
-    intern(nfas.map((n) => n.closure([n.start], true, false)), 0);
+    intern([...nfas.map((n) => n.closure([n.start], true, false)), ...comps.map((c) => [c.start])], 0);
     for (let q = 0; q < sets.length; q++) {
       const tuple = sets[q]!;
-      accept.push(nfas.every((n, k) => n.closure(tuple[k]!, q === 0, true).includes(n.final)) ? 1 : 0);
+      accept.push(nfas.every((n, k) => n.closure(tuple[k]!, q === 0, true).includes(n.final)) && comps.every((c, k) => c.accept(tuple[nn + k]![0]!)) ? 1 : 0);
       const buckets = nfas.map((n, k) => {
         const by: Array<number[] | undefined> = new Array(256);
         for (const s of tuple[k]!) {
@@ -160,11 +179,12 @@ export class Dfa {
       for (let b = 0; b < 256; b++) {
         const ph = utf8Next(phases[q]!, b);
         let next = -1;
-        if (ph >= 0 && buckets.every((by) => by[b])) {
-          const key = `${ph};${buckets.map((by) => by[b]!.join(',')).join(';')}`;
+        const cs = comps.map((c, k) => c.next(tuple[nn + k]![0]!, b));
+        if (ph >= 0 && buckets.every((by) => by[b]) && cs.every((s) => s >= 0)) {
+          const key = `${ph};${buckets.map((by) => by[b]!.join(',')).join(';')};${cs.join(',')}`;
           const have = seen.get(key);
           if (have !== undefined) next = have;
-          else seen.set(key, (next = intern(nfas.map((n, k) => n.closure(buckets[k]![b]!, false, false)), ph)));
+          else seen.set(key, (next = intern([...nfas.map((n, k) => n.closure(buckets[k]![b]!, false, false)), ...cs.map((s) => [s])], ph)));
         }
         trans.push(next);
       }

@@ -60,6 +60,8 @@ export interface Atom {
   /** minProperties (counted on declared keys only) / maxProperties (every key). */
   minProps: number;
   maxProps: number;
+  /** multipleOf (positive integers): integers only, multiples of each. */
+  mults: number[];
 }
 
 /** A string regex (already a search for `pattern`) and where the schema says it, for errors. */
@@ -104,12 +106,16 @@ interface Cons {
   hi: Bound | null;
   minProps: number;
   maxProps: number;
+  mults: number[];
 }
 
-const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
-const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties']);
+/** multipleOf is held for integer divisors up to this (the automaton has a state per remainder). */
+const MAX_MULTIPLE = 1000;
 
-const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity });
+const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties', 'multipleOf']);
+
+const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity, mults: [] });
 
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -139,6 +145,7 @@ function merge(a: Cons, b: Cons): Cons {
     hi: tighter(a.hi, b.hi, -1),
     minProps: Math.max(a.minProps, b.minProps),
     maxProps: Math.min(a.maxProps, b.maxProps),
+    mults: [...new Set([...a.mults, ...b.mults])],
   };
 }
 
@@ -153,6 +160,7 @@ function tighter(a: Bound | null, b: Bound | null, dir: number): Bound | null {
 function litFits(v: unknown, c: Cons): boolean {
   if (typeof v === 'string') return c.patterns.every((p) => jsRegex(p.src).test(v));
   if (typeof v === 'number') {
+    if (c.mults.some((k) => !Number.isInteger(v) || v % k !== 0)) return false;
     if (c.lo && (c.lo.strict ? !(v > c.lo.value) : !(v >= c.lo.value))) return false;
     if (c.hi && (c.hi.strict ? !(v < c.hi.value) : !(v <= c.hi.value))) return false;
   }
@@ -307,6 +315,13 @@ export class SchemaCompiler {
     if (nonNegInt(s.maxLength)) c.maxLength = s.maxLength;
     if (nonNegInt(s.minItems)) c.minItems = s.minItems;
     if (nonNegInt(s.maxItems)) c.maxItems = s.maxItems;
+    if (s.multipleOf !== undefined) {
+      const k = s.multipleOf;
+      if (typeof k === 'number' && Number.isInteger(k) && k >= 1 && k <= MAX_MULTIPLE) {
+        if (k > 1) c.mults.push(k);
+        c.kinds &= ~K_NUM; // a multiple of an integer is an integer
+      } else this.unsupported.add('multipleOf (past integers up to 1000)');
+    }
     if (nonNegInt(s.minProperties)) c.minProps = s.minProperties;
     if (nonNegInt(s.maxProperties)) c.maxProps = s.maxProperties;
     if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
@@ -442,6 +457,7 @@ export class SchemaCompiler {
       hi: c.hi,
       minProps,
       maxProps: c.maxProps,
+      mults: c.mults,
     };
   }
 }

@@ -4,7 +4,7 @@
 // written: no \u escapes here) or as a raw argument writes them (a byte each).
 
 import { UserError } from '../../util/errors.js';
-import { dfaOf, type Dfa } from './dfa.js';
+import { Dfa, dfaOf, multipleOfText } from './dfa.js';
 import { numberRegexes } from './numrange.js';
 import { RegexError, parseRegex } from './regex.js';
 import type { Atom } from './schema.js';
@@ -180,6 +180,14 @@ export function strLang(a: Atom, weights: Weights): StrLang | null {
 
 /** The language of an atom's numbers (integers only, or any), or null when unbounded. */
 export function numLang(a: Atom, intOnly: boolean): StrLang | null {
-  if (!a.lo && !a.hi) return null;
-  return cached(a, `n${intOnly}`, () => new StrLang(dfaOf(numberRegexes(a.lo, a.hi, intOnly).map(parseRegex)), 0, Infinity, 'raw'));
+  if (!a.lo && !a.hi && a.mults.length === 0) return null;
+  if (a.mults.length > 0) intOnly = true;
+  return cached(a, `n${intOnly}`, () => {
+    try {
+      return new StrLang(new Dfa(numberRegexes(a.lo, a.hi, intOnly).map(parseRegex), a.mults.map(multipleOfText)), 0, Infinity, 'raw');
+    } catch (e) {
+      if (!(e instanceof RegexError)) throw e;
+      throw new UserError(`bounds ${JSON.stringify([a.lo?.value ?? null, a.hi?.value ?? null])} with multipleOf ${a.mults.join(', ')}: cannot hold ${e.message}`);
+    }
+  });
 }
