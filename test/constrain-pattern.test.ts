@@ -100,6 +100,9 @@ const SCHEMAS: unknown[] = [
   { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, minProperties: 2, maxProperties: 2 },
   { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' }, c: { type: 'boolean' } }, required: ['c'], minProperties: 2, additionalProperties: false },
   { type: 'array', items: { type: 'object', additionalProperties: { type: 'integer', minimum: 5 }, maxProperties: 1 }, minItems: 1 },
+  { type: 'object', patternProperties: { '^x_': { type: 'integer' }, 'num$': { type: 'number', minimum: 0 } }, additionalProperties: { type: 'string', maxLength: 2 } },
+  { type: 'object', properties: { id: { type: 'integer' }, Big: { type: 'string' } }, required: ['id'], patternProperties: { '^[a-h]+$': { type: 'boolean' } }, additionalProperties: false },
+  { type: 'object', propertyNames: { pattern: '^[A-Z][a-z]*$' }, additionalProperties: { type: 'integer' }, maxProperties: 3 },
   { type: 'array', items: { anyOf: [{ type: 'integer', multipleOf: 7, minimum: -30, maximum: 100 }, { type: 'number', multipleOf: 25, exclusiveMinimum: 1000 }, { enum: [14, 15, 21.5] }] } },
 ];
 

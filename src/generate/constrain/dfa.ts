@@ -136,6 +136,10 @@ export class Dfa {
   /** trans[q * 256 + b]: next state, -1 dead. */
   readonly trans: Int32Array;
   readonly accept: Uint8Array;
+  /** Bit k set: regex k accepts in q (the first 31). */
+  readonly bits: Int32Array;
+  /** Every component accepts in q. */
+  readonly compOk: Uint8Array;
   /** The UTF-8 decoder's state in q (0: between characters). */
   readonly phase: Uint8Array;
   readonly size: number;
@@ -150,6 +154,8 @@ export class Dfa {
     const phases: number[] = [];
     const trans: number[] = [];
     const accept: number[] = [];
+    const bits: number[] = [];
+    const compOk: number[] = [];
     const intern = (tuple: number[][], phase: number): number => {
       const key = `${phase};${tuple.map((s) => s.join(',')).join(';')}`;
       let id = ids.get(key);
@@ -165,7 +171,16 @@ export class Dfa {
     intern([...nfas.map((n) => n.closure([n.start], true, false)), ...comps.map((c) => [c.start])], 0);
     for (let q = 0; q < sets.length; q++) {
       const tuple = sets[q]!;
-      accept.push(nfas.every((n, k) => n.closure(tuple[k]!, q === 0, true).includes(n.final)) && comps.every((c, k) => c.accept(tuple[nn + k]![0]!)) ? 1 : 0);
+      let mask = 0;
+      let all = true;
+      nfas.forEach((n, k) => {
+        if (n.closure(tuple[k]!, q === 0, true).includes(n.final)) mask |= k < 31 ? 1 << k : 0;
+        else all = false;
+      });
+      const cok = comps.every((c, k) => c.accept(tuple[nn + k]![0]!));
+      bits.push(mask);
+      compOk.push(cok ? 1 : 0);
+      accept.push(all && cok ? 1 : 0);
       const buckets = nfas.map((n, k) => {
         const by: Array<number[] | undefined> = new Array(256);
         for (const s of tuple[k]!) {
@@ -192,6 +207,8 @@ export class Dfa {
     this.size = sets.length;
     this.trans = Int32Array.from(trans);
     this.accept = Uint8Array.from(accept);
+    this.bits = Int32Array.from(bits);
+    this.compOk = Uint8Array.from(compOk);
     this.phase = Uint8Array.from(phases);
   }
 

@@ -7,7 +7,9 @@ import { Lit, LitFrame, popped, push, refeed, newId, type Frame, type G, type St
 import { keyLen, MinLengths, dumps, owedKeys, rawStringMin, sepLen, usedCount, type Layout } from './minlen.js';
 import { EXP_DIGITS, FRAC_DIGITS, INT_DIGITS } from './numrange.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
-import { ESCAPES, numLang, strLang, type StrLang } from './strlang.js';
+import { Dfa, type Component } from './dfa.js';
+import { parseRegex } from './regex.js';
+import { ESCAPES, numLang, shortestWithEnds, strLang, type StrLang } from './strlang.js';
 import { bytesOf, utf8Next, utf8Pending } from './symbols.js';
 import { ByteTrie } from './trie.js';
 import type { PlainClass } from './vocab.js';
@@ -38,6 +40,7 @@ export class JsonCtx {
   private keyLits = new Map<string, Lit>();
   private objMins = new Map<string, number>();
   private owed = new Map<string, { cost: number; count: number }>();
+  private keyLangs = new Map<number, KeyLang>();
 
   constructor(nodes: readonly Node[], readonly layout: Layout) {
     this.mins = new MinLengths(nodes, layout);
@@ -88,6 +91,33 @@ export class JsonCtx {
     return l;
   }
 
+  /** The automaton of an atom's free keys told apart by patterns (patternProperties, propertyNames), or null. */
+  keyLang(a: Atom): KeyLang | null {
+    if (a.keyClasses.length === 0) return null;
+    let k = this.keyLangs.get(a.id);
+    if (!k) this.keyLangs.set(a.id, (k = new KeyLang(this, a)));
+    return k;
+  }
+
+  /** The value node after a key: declared (prop >= 0), free (-1), or free of class -2 - prop. */
+  valueNode(a: Atom, prop: number): Node {
+    return prop >= 0 ? a.props[prop]! : prop === -1 ? a.additional! : a.keyClasses[-2 - prop]!;
+  }
+
+  /** May a free key be written at all? */
+  freeKeyOk(a: Atom): boolean {
+    const kl = this.keyLang(a);
+    if (kl) return kl.min(0) < Infinity;
+    return !!a.additional && this.mins.node(a.additional) < Infinity;
+  }
+
+  /** Fewest bytes of a free key, its separator and value (quotes included). */
+  freeEntryMin(a: Atom): number {
+    const kl = this.keyLang(a);
+    if (kl) return 1 + kl.min(0);
+    return a.additional ? this.freeKeyLen(a) + this.sep + this.mins.node(a.additional) : Infinity;
+  }
+
   /** Fewest bytes of a key other than the declared ones (quotes included). */
   freeKeyLen(a: Atom): number {
     return a.names.includes('') ? 3 : 2;
@@ -130,7 +160,7 @@ export class JsonCtx {
     if (first) return 1;
     let best = Infinity;
     for (let i = 0; i < a.names.length; i++) if (used[i] !== '1') best = Math.min(best, keyLen(a.names[i]!) + this.sep + this.mins.node(a.props[i]!));
-    if (a.additional) best = Math.min(best, this.freeKeyLen(a) + this.sep + this.mins.node(a.additional));
+    best = Math.min(best, this.freeEntryMin(a));
     return best + 1;
   }
 
@@ -450,7 +480,7 @@ class ObjFrame implements Frame {
   constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly phase: number, readonly used: string, readonly prop: number, readonly sp: boolean, readonly ws: number, readonly extra = 0) {
     this.key = `o${ctx.layout[0]}${a.id}.${phase}.${used}.${prop}.${sp ? 1 : 0}.${ws}.${extra}`;
     const sp1 = sp ? 1 : 0;
-    const value = (): number => ctx.mins.node(prop >= 0 ? a.props[prop]! : a.additional!);
+    const value = (): number => ctx.mins.node(ctx.valueNode(a, prop));
     switch (phase) {
       case OPEN_: this.min = ctx.objBeforeKey(a, used, true); break;
       case KEYED: this.min = ctx.sep + value() + ctx.objAfterValue(a, used); break;
@@ -482,7 +512,7 @@ class ObjFrame implements Frame {
         if (sym === 0x3a) out.push(push(below, this.go(BEFORE_VAL, used, prop, py, 0)));
         return;
       case BEFORE_VAL: {
-        const node = prop >= 0 ? a.props[prop]! : a.additional!;
+        const node = ctx.valueNode(a, prop);
         ctx.value(node).enter(push(below, this.go(AFTER_VAL, used, -1, false, 0)), sym, out);
         return;
       }
@@ -507,14 +537,88 @@ class ObjFrame implements Frame {
       out.push(push(push(below, this.go(KEYED, u, i, false, 0)), new LitFrame(ctx.keyLit(a, i), 0)));
     }
     const extra = a.maxProps === Infinity ? 0 : this.extra + 1;
-    if (a.additional && ctx.mins.node(a.additional) < Infinity && ctx.keyFits(a, used, extra)) out.push(push(push(below, this.go(KEYED, used, -1, false, 0, extra)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
+    if (!ctx.freeKeyOk(a) || !ctx.keyFits(a, used, extra)) return;
+    if (ctx.keyLang(a)) out.push(push(below, new PatKeyFrame(ctx, a, 0, used, extra)));
+    else out.push(push(push(below, this.go(KEYED, used, -1, false, 0, extra)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
   }
 }
 
 function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string, extra: number): boolean {
-  if (a.additional && ctx.mins.node(a.additional) < Infinity && ctx.keyFits(a, used, a.maxProps === Infinity ? 0 : extra + 1)) return true;
+  if (ctx.freeKeyOk(a) && ctx.keyFits(a, used, a.maxProps === Infinity ? 0 : extra + 1)) return true;
   for (let i = 0; i < a.names.length; i++) if (used[i] !== '1' && ctx.mins.node(a.props[i]!) < Infinity && ctx.keyFits(a, used.slice(0, i) + '1' + used.slice(i + 1), extra)) return true;
   return false;
+}
+
+/** Free keys in printable ASCII without quote or backslash: there ECMA-262 and Python's re agree on every class. */
+const ASCII_KEY = parseRegex('^[ !#-\\[\\]-~]*$');
+
+/** Not one of the declared keys (a trie walk: state = node + 1, 0 = off the trie). */
+function notDeclared(t: ByteTrie): Component {
+  return {
+    start: 1,
+    next: (s, b) => (s === 0 ? 0 : t.next(s - 1, b) + 1),
+    accept: (s) => s === 0 || !t.terminal[s - 1],
+  };
+}
+
+/** Free keys of an atom with patternProperties / propertyNames: the DFA (ASCII, propertyNames, then each patternProperties pattern) and the fewest bytes from each state through the closing quote, separator and value. */
+class KeyLang {
+  private static count = 0;
+  readonly id = KeyLang.count++;
+  readonly dfa: Dfa;
+  private readonly dist: Float32Array;
+  private readonly need: number;
+  private readonly nNames: number;
+
+  constructor(ctx: JsonCtx, readonly a: Atom) {
+    this.nNames = 1 + a.keyNames.length;
+    this.need = (1 << this.nNames) - 1;
+    this.dfa = new Dfa([ASCII_KEY, ...a.keyNames.map((p) => p.re), ...a.keyPats.map((p) => p.re)], [notDeclared(ctx.keyTrie(a))]);
+    const term = new Float32Array(this.dfa.size).fill(Infinity);
+    for (let q = 0; q < this.dfa.size; q++) {
+      const node = this.classNode(q);
+      if (node) term[q] = 1 + ctx.sep + ctx.mins.node(node);
+    }
+    this.dist = shortestWithEnds(this.dfa, term);
+  }
+
+  /** The value node of a key ending in q, or null when no key may end there. */
+  classNode(q: number): Node | null {
+    const bits = this.dfa.bits[q]!;
+    if ((bits & this.need) !== this.need || !this.dfa.compOk[q] || this.dfa.phase[q] !== 0) return null;
+    return this.a.keyClasses[bits >>> this.nNames] ?? null;
+  }
+
+  classOf(q: number): number {
+    return this.dfa.bits[q]! >>> this.nNames;
+  }
+
+  min(q: number): number {
+    return q < 0 ? Infinity : this.dist[q]!;
+  }
+}
+
+/** A free key told apart by patterns, DFA state q after its opening quote; on the closing quote the object goes on with the value of the key's class. */
+class PatKeyFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  private readonly kl: KeyLang;
+  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly q: number, readonly used: string, readonly extra: number) {
+    this.kl = ctx.keyLang(a)!;
+    this.key = `K${ctx.layout[0]}${this.kl.id}.${q}.${used}.${extra}`;
+    this.min = this.kl.min(q) + ctx.objAfterValue(a, used);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { ctx, a, q, used, extra, kl } = this;
+    if (sym === Q) {
+      const node = kl.classNode(q);
+      if (node && ctx.mins.node(node) < Infinity) out.push(push(below, new ObjFrame(ctx, a, KEYED, used, -2 - kl.classOf(q), false, 0, extra)));
+      return;
+    }
+    if (sym > 255) return;
+    const n = kl.dfa.next(q, sym);
+    if (n >= 0 && kl.min(n) < Infinity) out.push(push(below, new PatKeyFrame(ctx, a, n, used, extra)));
+  }
 }
 
 /** A key that is none of the declared ones (no escapes, so its bytes are its name). `node` -1: off the declared keys' trie. */

@@ -57,6 +57,12 @@ export interface Atom {
   /** minimum / maximum and their exclusive forms (null: unbounded). */
   lo: Bound | null;
   hi: Bound | null;
+  /** Free keys (when any are allowed): the patterns they are told apart by (patternProperties, as
+   *  searches), the value node of each subset matched (index = bit mask; null: no such key), and
+   *  the patterns every key matches (propertyNames). Empty: every free key takes `additional`. */
+  keyPats: StrPattern[];
+  keyClasses: Array<Node | null>;
+  keyNames: StrPattern[];
   /** minProperties (counted on declared keys only) / maxProperties (every key). */
   minProps: number;
   maxProps: number;
@@ -84,7 +90,12 @@ type Schema = boolean | Record<string, unknown>;
 interface ObjPart {
   props: Map<string, Schema>;
   additional: Schema;
+  /** patternProperties: a key matching one takes its schema (and not `additional`). */
+  patProps: Array<{ pat: StrPattern; schema: Schema }>;
 }
+
+/** patternProperties past this many in one object are not held (free keys get a class per subset). */
+const MAX_PAT_PROPS = 5;
 interface ArrPart {
   prefix: Schema[];
   items: Schema;
@@ -107,15 +118,19 @@ interface Cons {
   minProps: number;
   maxProps: number;
   mults: number[];
+  keyNames: StrPattern[];
 }
 
 /** multipleOf is held for integer divisors up to this (the automaton has a state per remainder). */
 const MAX_MULTIPLE = 1000;
 
 const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
-const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties', 'multipleOf']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties', 'multipleOf', 'patternProperties', 'propertyNames']);
 
-const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity, patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity, mults: [] });
+const any = (): Cons => ({
+  kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity,
+  patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity, mults: [], keyNames: [],
+});
 
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -146,6 +161,7 @@ function merge(a: Cons, b: Cons): Cons {
     minProps: Math.max(a.minProps, b.minProps),
     maxProps: Math.min(a.maxProps, b.maxProps),
     mults: [...new Set([...a.mults, ...b.mults])],
+    keyNames: [...a.keyNames, ...b.keyNames],
   };
 }
 
@@ -215,6 +231,16 @@ export class SchemaCompiler {
       this.paths = paths;
     }
     return this.paths.get(s) ?? '';
+  }
+
+  /** A pattern as a search (UserError naming where it is when it cannot be held). */
+  private search(s: object, keyword: string, src: string): Re {
+    try {
+      return searchOf(parseRegex(src));
+    } catch (e) {
+      if (!(e instanceof RegexError)) throw e;
+      throw new UserError(`${this.where}: ${this.pathOf(s)}/${keyword}: cannot hold ${e.message}`);
+    }
   }
 
   private pattern(s: object, keyword: string, src: string, re: Re): StrPattern {
@@ -325,16 +351,7 @@ export class SchemaCompiler {
     if (nonNegInt(s.minProperties)) c.minProps = s.minProperties;
     if (nonNegInt(s.maxProperties)) c.maxProps = s.maxProperties;
     if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
-    if (typeof s.pattern === 'string') {
-      let re: Re;
-      try {
-        re = searchOf(parseRegex(s.pattern));
-      } catch (e) {
-        if (!(e instanceof RegexError)) throw e;
-        throw new UserError(`${this.where}: ${this.pathOf(s)}/pattern: cannot hold ${e.message}`);
-      }
-      c.patterns.push(this.pattern(s, 'pattern', s.pattern, re));
-    }
+    if (typeof s.pattern === 'string') c.patterns.push(this.pattern(s, 'pattern', s.pattern, this.search(s, 'pattern', s.pattern)));
     if (typeof s.format === 'string') {
       const src = formatPattern(s.format);
       if (src !== undefined) c.patterns.push(this.pattern(s, 'format', src, parseRegex(src)));
@@ -352,10 +369,22 @@ export class SchemaCompiler {
     if (xhi !== null) c.hi = tighter(c.hi, { value: xhi, strict: true }, -1);
     const props = s.properties;
     const ap = s.additionalProperties;
-    if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined) {
+    const pp = s.patternProperties;
+    const patProps: ObjPart['patProps'] = [];
+    if (pp !== null && typeof pp === 'object' && !Array.isArray(pp)) {
+      for (const [src, schema] of Object.entries(pp)) patProps.push({ pat: this.pattern(s, `patternProperties/${src.replace(/~/g, '~0').replace(/\//g, '~1')}`, src, this.search(s, 'patternProperties', src)), schema: schema as Schema });
+    }
+    if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined || patProps.length > 0) {
       const m = new Map<string, Schema>();
       if (props && typeof props === 'object') for (const [k, v] of Object.entries(props)) m.set(k, v as Schema);
-      c.obj.push({ props: m, additional: ap === undefined ? true : (ap as Schema) });
+      c.obj.push({ props: m, additional: ap === undefined ? true : (ap as Schema), patProps });
+    }
+    const pn = s.propertyNames;
+    if (pn !== undefined && pn !== true) {
+      const names = pn as Record<string, unknown>;
+      const held = pn !== null && typeof pn === 'object' && Object.keys(names).every((k) => k === 'pattern' || k === 'type' || ANNOTATIONS.has(k)) && (names.type === undefined || names.type === 'string');
+      if (held && typeof names.pattern === 'string') c.keyNames.push(this.pattern(names, 'pattern', names.pattern, this.search(names, 'pattern', names.pattern)));
+      else if (!held) this.unsupported.add('propertyNames (past a pattern)');
     }
     const items = s.items;
     const prefixItems = Array.isArray(s.prefixItems) ? (s.prefixItems as Schema[]) : Array.isArray(items) ? (items as Schema[]) : null;
@@ -389,11 +418,12 @@ export class SchemaCompiler {
     for (const r of c.required) declared.add(r);
     for (const k of declared) {
       const parts: Schema[] = [];
-      let ok = true;
+      let ok = c.keyNames.every((n) => jsRegex(n.src).test(k));
       for (const p of c.obj) {
-        const s = p.props.has(k) ? p.props.get(k)! : p.additional;
-        if (s === false) ok = false;
-        else parts.push(s);
+        const matched = p.patProps.filter((x) => jsRegex(x.pat.src).test(k)).map((x) => x.schema);
+        const own = p.props.has(k) ? [p.props.get(k)!, ...matched] : matched.length > 0 ? matched : [p.additional];
+        if (own.includes(false)) ok = false;
+        else parts.push(...own);
       }
       if (!ok) {
         if (c.required.has(k)) c.kinds &= ~K_OBJ;
@@ -407,6 +437,32 @@ export class SchemaCompiler {
     for (const p of c.obj) {
       if (p.additional === false) additionalOk = false;
       else addParts.push(p.additional);
+    }
+    // free keys told apart by patternProperties: a value node per subset of the patterns matched
+    let keyPats = c.obj.flatMap((p) => p.patProps.map((x) => x.pat));
+    if (keyPats.length > MAX_PAT_PROPS) {
+      this.unsupported.add(`patternProperties (past ${MAX_PAT_PROPS} in one object)`);
+      keyPats = [];
+    }
+    const keyClasses: Array<Node | null> = [];
+    if (keyPats.length > 0 || c.keyNames.length > 0) {
+      for (let mask = 0; mask < 1 << keyPats.length; mask++) {
+        const parts: Schema[] = [];
+        let ok = true;
+        let bit = 0;
+        for (const p of c.obj) {
+          const own: Schema[] = [];
+          for (const x of p.patProps) if (mask & (1 << bit++)) own.push(x.schema);
+          if (own.length === 0) own.push(p.additional);
+          if (own.includes(false)) ok = false;
+          parts.push(...own);
+        }
+        keyClasses.push(ok ? this.node(...parts) : null);
+      }
+      // `additional` then only says that free keys may be written; their values come from keyClasses
+      additionalOk = keyClasses.some((n) => n !== null);
+      addParts.length = 0;
+      addParts.push(...c.obj.map((p) => p.additional).filter((x) => x !== false));
     }
     const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
     // minProperties is reached with declared keys (free keys are not told apart, so not counted)
@@ -458,6 +514,9 @@ export class SchemaCompiler {
       minProps,
       maxProps: c.maxProps,
       mults: c.mults,
+      keyPats,
+      keyClasses,
+      keyNames: c.keyNames,
     };
   }
 }

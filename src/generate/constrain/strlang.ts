@@ -191,3 +191,39 @@ export function numLang(a: Atom, intOnly: boolean): StrLang | null {
     }
   });
 }
+
+/** Fewest bytes (one a byte) from each DFA state to an end, where ending in q costs term[q] (Infinity: no end there). */
+export function shortestWithEnds(dfa: Dfa, term: Float32Array): Float32Array {
+  const n = dfa.size;
+  const dist = Float32Array.from(term);
+  const head = new Int32Array(n).fill(-1);
+  const nxt: number[] = [];
+  const src: number[] = [];
+  for (let q = 0; q < n; q++) {
+    for (let b = 0; b < 256; b++) {
+      const t = dfa.trans[q * 256 + b]!;
+      if (t < 0) continue;
+      src.push(q);
+      nxt.push(head[t]!);
+      head[t] = src.length - 1;
+    }
+  }
+  const buckets: number[][] = [];
+  for (let q = 0; q < n; q++) if (dist[q]! < Infinity) (buckets[dist[q]!] ??= []).push(q);
+  for (let d = 0; d < buckets.length; d++) {
+    const list = buckets[d];
+    if (!list) continue;
+    for (let k = 0; k < list.length; k++) {
+      const t = list[k]!;
+      if (dist[t] !== d) continue;
+      for (let e = head[t]!; e >= 0; e = nxt[e]!) {
+        const q = src[e]!;
+        if (d + 1 < dist[q]!) {
+          dist[q] = d + 1;
+          (buckets[d + 1] ??= []).push(q);
+        }
+      }
+    }
+  }
+  return dist;
+}
