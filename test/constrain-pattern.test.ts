@@ -102,6 +102,8 @@ const SCHEMAS: unknown[] = [
   { type: 'array', items: { type: 'object', additionalProperties: { type: 'integer', minimum: 5 }, maxProperties: 1 }, minItems: 1 },
   { type: 'object', patternProperties: { '^x_': { type: 'integer' }, 'num$': { type: 'number', minimum: 0 } }, additionalProperties: { type: 'string', maxLength: 2 } },
   { type: 'object', properties: { id: { type: 'integer' }, Big: { type: 'string' } }, required: ['id'], patternProperties: { '^[a-h]+$': { type: 'boolean' } }, additionalProperties: false },
+  { type: 'object', properties: { a: false, b: { type: 'integer' } }, maxProperties: 4 },
+  { type: 'object', properties: { a: { type: 'string', maxLength: 1 }, e: { type: 'integer', maximum: -2 } } },
   { type: 'object', propertyNames: { pattern: '^[A-Z][a-z]*$' }, additionalProperties: { type: 'integer' }, maxProperties: 3 },
   { type: 'array', items: { anyOf: [{ type: 'integer', multipleOf: 7, minimum: -30, maximum: 100 }, { type: 'number', multipleOf: 25, exclusiveMinimum: 1000 }, { enum: [14, 15, 21.5] }] } },
 ];
@@ -137,6 +139,13 @@ test('random walks with patterns and bounds always end in documents that validat
   assert.ok(!accepts(m, '{"id": "0123abcd", "n": 21, "p": 0.5}'));
   assert.ok(!accepts(m, '{"id": "0123abcd", "n": 10, "p": 1}'));
   assert.ok(!accepts(m, '{"id": "0123abcD", "n": 10, "p": 0.5}'));
+  const banned = docMatcher({ type: 'object', properties: { a: false, b: { type: 'integer', maximum: 3 } }, patternProperties: { '^c': false } }).m;
+  assert.ok(!accepts(banned, '{"a": 1}'), 'a declared key with a false schema is no free key either');
+  assert.ok(!accepts(banned, '{"b": 4}') && !accepts(banned, '{"cx": 1}'));
+  assert.ok(accepts(banned, '{"b": 3, "ab": 1, "xc": null}'));
+  // a declared key is never written as a free key (which would skip its schema)
+  const open = docMatcher({ type: 'object', properties: { b: { type: 'string', maxLength: 1 } } }).m;
+  assert.ok(!accepts(open, '{"b": "xx"}') && accepts(open, '{"b": "x", "bb": "xx"}'));
   const mult = docMatcher({ type: 'integer', multipleOf: 7, maximum: 100 }).m;
   for (let v = -50; v <= 120; v++) assert.equal(accepts(mult, String(v)), v % 7 === 0 && v <= 100, String(v));
   assert.ok(!accepts(mult, '7.0'));

@@ -79,7 +79,7 @@ export class JsonCtx {
   /** Declared keys of `a` as written between the quotes. */
   keyTrie(a: Atom): ByteTrie {
     let t = this.keyTries.get(a.id);
-    if (!t) this.keyTries.set(a.id, (t = new ByteTrie(a.names.map((n) => bytesOf(JSON.stringify(n).slice(1))))));
+    if (!t) this.keyTries.set(a.id, (t = new ByteTrie([...a.names, ...a.banned].map((n) => bytesOf(JSON.stringify(n).slice(1))))));
     return t;
   }
 
@@ -120,7 +120,7 @@ export class JsonCtx {
 
   /** Fewest bytes of a key other than the declared ones (quotes included). */
   freeKeyLen(a: Atom): number {
-    return a.names.includes('') ? 3 : 2;
+    return a.names.includes('') || a.banned.includes('') ? 3 : 2;
   }
 
   /** Fewest bytes that close an object of `a` after a value, with `used` keys written. */
@@ -552,12 +552,18 @@ function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string, extra: number): boolean
 /** Free keys in printable ASCII without quote or backslash: there ECMA-262 and Python's re agree on every class. */
 const ASCII_KEY = parseRegex('^[ !#-\\[\\]-~]*$');
 
+/** Is the key read so far (at `node` of the declared keys' trie, whose strings end with their closing quote) a declared one? */
+function isName(t: ByteTrie, node: number): boolean {
+  const end = node >= 0 ? t.next(node, Q) : -1;
+  return end >= 0 && t.terminal[end] === true;
+}
+
 /** Not one of the declared keys (a trie walk: state = node + 1, 0 = off the trie). */
 function notDeclared(t: ByteTrie): Component {
   return {
     start: 1,
     next: (s, b) => (s === 0 ? 0 : t.next(s - 1, b) + 1),
-    accept: (s) => s === 0 || !t.terminal[s - 1],
+    accept: (s) => !isName(t, s - 1),
   };
 }
 
@@ -631,12 +637,12 @@ class FreeKeyFrame implements Frame {
     this.key = `k${a.id}.${node}.${u8}`;
     this.plain = u8 === 0 ? 'json' : undefined;
     if (node >= 0) this.plainExceptions = t.childBytes(node);
-    this.min = utf8Pending(u8) + 1 + (node >= 0 && u8 === 0 && t.terminal[node] ? 1 : 0);
+    this.min = utf8Pending(u8) + 1 + (u8 === 0 && isName(t, node) ? 1 : 0);
   }
   step(sym: number, below: Stack | null, out: Stack[]): void {
     if (sym > 255 || sym === BSL || (sym < 0x20 && this.u8 === 0)) return;
     if (sym === Q && this.u8 === 0) {
-      if (this.node < 0 || !this.t.terminal[this.node]) popped(below, out);
+      if (!isName(this.t, this.node)) popped(below, out);
       return;
     }
     const s = utf8Next(this.u8, sym);

@@ -43,6 +43,8 @@ export interface Atom {
   maxLength: number;
   /** Declared keys in order and their value nodes; `required` lists indices into `names`. */
   names: string[];
+  /** Declared keys no value may follow (a false schema): never written, not even as free keys. */
+  banned: string[];
   props: Node[];
   required: number[];
   /** Schema of other keys; null: no other keys. */
@@ -414,6 +416,7 @@ export class SchemaCompiler {
     const names: string[] = [];
     const props: Node[] = [];
     const declared = new Set<string>();
+    const banned: string[] = [];
     for (const p of c.obj) for (const k of p.props.keys()) declared.add(k);
     for (const r of c.required) declared.add(r);
     for (const k of declared) {
@@ -427,6 +430,7 @@ export class SchemaCompiler {
       }
       if (!ok) {
         if (c.required.has(k)) c.kinds &= ~K_OBJ;
+        banned.push(k);
         continue;
       }
       names.push(k);
@@ -501,6 +505,7 @@ export class SchemaCompiler {
       minLength: c.minLength,
       maxLength: c.maxLength,
       names,
+      banned,
       props,
       required,
       additional: additionalOk ? this.node(...addParts) : null,
