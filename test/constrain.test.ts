@@ -109,7 +109,7 @@ test('schema matcher: recursion, unions, allOf, const, nullable, json_object and
   assert.ok(!accepts(py, '{"a":[1]}'));
   assert.ok(!accepts(py, '{"a": [1,2]}'));
   const { unsupported } = docMatcher({ type: 'integer', minimum: 0, format: 'x', description: 'y' });
-  assert.deepEqual(unsupported.sort(), ['format', 'minimum']);
+  assert.deepEqual(unsupported.sort(), ['format x']);
 });
 
 test('schema matcher: the fewest bytes to finish are exact from every prefix of valid documents', () => {

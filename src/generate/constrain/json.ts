@@ -4,8 +4,12 @@
 // to WS_CAP bytes where JSON allows them; 'py' writes exactly Python's ", " and ": ".
 
 import { Lit, LitFrame, popped, push, refeed, newId, type Frame, type G, type Stack } from './core.js';
-import { keyLen, MinLengths, dumps, rawStringMin, sepLen, type Layout } from './minlen.js';
+import { keyLen, MinLengths, dumps, owedKeys, rawStringMin, sepLen, usedCount, type Layout } from './minlen.js';
+import { EXP_DIGITS, FRAC_DIGITS, INT_DIGITS } from './numrange.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
+import { Dfa, type Component } from './dfa.js';
+import { parseRegex } from './regex.js';
+import { ESCAPES, numLang, shortestWithEnds, strLang, type StrLang } from './strlang.js';
 import { bytesOf, utf8Next, utf8Pending } from './symbols.js';
 import { ByteTrie } from './trie.js';
 import type { PlainClass } from './vocab.js';
@@ -16,10 +20,6 @@ const isWs = (b: number): boolean => b === 0x20;
 /** Longest whitespace run between JSON tokens: one space. K3's response-format message asks for
  *  raw JSON "without any additional formatting", and Moonshot's API returns no newline or tab. */
 export const WS_CAP = 1;
-/** Digits allowed in a number's integer part, fraction and exponent (keeps every value finite and, for integers, exact). */
-const INT_DIGITS = 15;
-const FRAC_DIGITS = 20;
-const EXP_DIGITS = 2;
 
 const Q = 0x22;
 const BSL = 0x5c;
@@ -39,6 +39,8 @@ export class JsonCtx {
   private keyTries = new Map<number, ByteTrie>();
   private keyLits = new Map<string, Lit>();
   private objMins = new Map<string, number>();
+  private owed = new Map<string, { cost: number; count: number }>();
+  private keyLangs = new Map<number, KeyLang>();
 
   constructor(nodes: readonly Node[], readonly layout: Layout) {
     this.mins = new MinLengths(nodes, layout);
@@ -77,7 +79,7 @@ export class JsonCtx {
   /** Declared keys of `a` as written between the quotes. */
   keyTrie(a: Atom): ByteTrie {
     let t = this.keyTries.get(a.id);
-    if (!t) this.keyTries.set(a.id, (t = new ByteTrie(a.names.map((n) => bytesOf(JSON.stringify(n).slice(1))))));
+    if (!t) this.keyTries.set(a.id, (t = new ByteTrie([...a.names, ...a.banned].map((n) => bytesOf(JSON.stringify(n).slice(1))))));
     return t;
   }
 
@@ -89,9 +91,36 @@ export class JsonCtx {
     return l;
   }
 
+  /** The automaton of an atom's free keys told apart by patterns (patternProperties, propertyNames), or null. */
+  keyLang(a: Atom): KeyLang | null {
+    if (a.keyClasses.length === 0) return null;
+    let k = this.keyLangs.get(a.id);
+    if (!k) this.keyLangs.set(a.id, (k = new KeyLang(this, a)));
+    return k;
+  }
+
+  /** The value node after a key: declared (prop >= 0), free (-1), or free of class -2 - prop. */
+  valueNode(a: Atom, prop: number): Node {
+    return prop >= 0 ? a.props[prop]! : prop === -1 ? a.additional! : a.keyClasses[-2 - prop]!;
+  }
+
+  /** May a free key be written at all? */
+  freeKeyOk(a: Atom): boolean {
+    const kl = this.keyLang(a);
+    if (kl) return kl.min(0) < Infinity;
+    return !!a.additional && this.mins.node(a.additional) < Infinity;
+  }
+
+  /** Fewest bytes of a free key, its separator and value (quotes included). */
+  freeEntryMin(a: Atom): number {
+    const kl = this.keyLang(a);
+    if (kl) return 1 + kl.min(0);
+    return a.additional ? this.freeKeyLen(a) + this.sep + this.mins.node(a.additional) : Infinity;
+  }
+
   /** Fewest bytes of a key other than the declared ones (quotes included). */
   freeKeyLen(a: Atom): number {
-    return a.names.includes('') ? 3 : 2;
+    return a.names.includes('') || a.banned.includes('') ? 3 : 2;
   }
 
   /** Fewest bytes that close an object of `a` after a value, with `used` keys written. */
@@ -106,15 +135,22 @@ export class JsonCtx {
     return m;
   }
 
+  /** The declared keys still owed (required ones, and enough for minProperties) and their fewest bytes. */
   missing(a: Atom, used: string): { cost: number; count: number } {
-    let cost = 0;
-    let count = 0;
-    for (const r of a.required) {
-      if (used[r] === '1') continue;
-      cost += keyLen(a.names[r]!) + this.sep + this.mins.node(a.props[r]!);
-      count++;
-    }
-    return { cost, count };
+    const k = `${a.id}:${used}`;
+    let m = this.owed.get(k);
+    if (!m) this.owed.set(k, (m = this.owedOf(a, used)));
+    return m;
+  }
+
+  private owedOf(a: Atom, used: string): { cost: number; count: number } {
+    return owedKeys((i) => keyLen(a.names[i]!) + this.sep + this.mins.node(a.props[i]!), a.names.length, a.required, used, a.minProps);
+  }
+
+  /** May a key go in with `used` and `extra` free keys written, leaving `usedAfter`? (maxProperties) */
+  keyFits(a: Atom, usedAfter: string, extraAfter: number): boolean {
+    if (a.maxProps === Infinity) return true;
+    return usedCount(usedAfter) + extraAfter + this.missing(a, usedAfter).count <= a.maxProps;
   }
 
   /** Fewest bytes from just before a key (after '{' or ', ') to the end of the object. */
@@ -124,7 +160,7 @@ export class JsonCtx {
     if (first) return 1;
     let best = Infinity;
     for (let i = 0; i < a.names.length; i++) if (used[i] !== '1') best = Math.min(best, keyLen(a.names[i]!) + this.sep + this.mins.node(a.props[i]!));
-    if (a.additional) best = Math.min(best, this.freeKeyLen(a) + this.sep + this.mins.node(a.additional));
+    best = Math.min(best, this.freeEntryMin(a));
     return best + 1;
   }
 
@@ -163,13 +199,17 @@ class ValueG implements G {
       const k = a.kinds & mask;
       const ok = (kind: number): boolean => (k & kind) !== 0 && mins.atom(a, kind) < Infinity;
       if (sym === Q) {
-        if (ok(K_STR)) out.push(push(below, new StrFrame(a, 0, 0, 0)));
+        if (ok(K_STR)) out.push(push(below, strStart(a)));
       } else if (sym === 0x7b) {
         if (ok(K_OBJ)) out.push(push(below, new ObjFrame(ctx, a, OPEN_, '0'.repeat(a.names.length), -1, false, 0)));
       } else if (sym === 0x5b) {
         if (ok(K_ARR)) out.push(push(below, new ArrFrame(ctx, a, OPEN_, 0, false, 0)));
       } else if (sym === 0x2d || isDigit(sym)) {
-        if (ok(K_INT) || ok(K_NUM)) NumFrame.start(!(k & K_NUM), sym, below, out);
+        if (ok(K_INT) || ok(K_NUM)) {
+          const lang = numLang(a, !(k & K_NUM));
+          if (lang) new PatNumFrame(lang, 0).step(sym, below, out);
+          else NumFrame.start(!(k & K_NUM), sym, below, out);
+        }
       } else if (sym === 0x74) {
         if (ok(K_BOOL)) TRUE.enter(below, sym, out);
       } else if (sym === 0x66) {
@@ -192,7 +232,11 @@ class RawG implements G {
       if (a.lits) {
         const t = new ByteTrie(a.lits.filter((v): v is string => typeof v === 'string').map(bytesOf));
         if (!t.empty) new EnumFrame(t, 0).step(sym, below, out);
-      } else if (a.kinds & K_STR) new RawStrFrame(a, 0, 0).step(sym, below, out);
+      } else if (a.kinds & K_STR) {
+        const lang = strLang(a, 'raw');
+        if (lang && !lang.dfa.universal(0)) new RawPatFrame(lang, a, 0, 0).step(sym, below, out);
+        else new RawStrFrame(a, 0, 0).step(sym, below, out);
+      }
     }
   }
 }
@@ -279,6 +323,89 @@ class StrFrame implements Frame {
   }
 }
 
+/** The frame just after a string's opening quote. */
+function strStart(a: Atom): Frame {
+  const lang = strLang(a, 'json');
+  return lang && !lang.dfa.universal(0) ? new PatStrFrame(lang, a, 0, 0, false) : new StrFrame(a, 0, 0, 0);
+}
+
+/** Inside a JSON string held to patterns: DFA state q of the text so far, `count` code points; `esc` after a backslash. */
+class PatStrFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number, readonly esc: boolean) {
+    this.key = `p${lang.id}.${q}.${count}.${esc ? 1 : 0}`;
+    let m = Infinity;
+    if (!esc) m = lang.min(q, count);
+    else {
+      for (const [, b] of ESCAPES) {
+        const c = lang.nextCount(count, b);
+        if (c >= 0) m = Math.min(m, 1 + lang.min(lang.dfa.next(q, b), c));
+      }
+    }
+    this.min = m + 1;
+  }
+  /** The text gains byte `b`. */
+  private feed(b: number, below: Stack | null, out: Stack[]): void {
+    const { lang, a } = this;
+    const q = lang.dfa.next(this.q, b);
+    const c = lang.nextCount(this.count, b);
+    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
+    // once the patterns hold whatever follows, the plain string frame goes on (escapes, plain-text masks)
+    if (lang.dfa.universal(q)) out.push(push(below, new StrFrame(a, c, 0, lang.dfa.phase[q]!)));
+    else out.push(push(below, new PatStrFrame(lang, a, q, c, false)));
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    if (sym > 255) return;
+    if (this.esc) {
+      for (const [e, b] of ESCAPES) if (e === sym) this.feed(b, below, out);
+    } else if (sym === Q) {
+      if (this.lang.done(this.q, this.count)) popped(below, out);
+    } else if (sym === BSL) {
+      const f = new PatStrFrame(this.lang, this.a, this.q, this.count, true);
+      if (f.min < Infinity) out.push(push(below, f));
+    } else if (sym >= 0x20) this.feed(sym, below, out);
+  }
+}
+
+/** A raw string argument held to patterns (see PatStrFrame), ended by the next control symbol. */
+class RawPatFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number) {
+    this.key = `P${lang.id}.${q}.${count}`;
+    this.min = lang.min(q, count);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { lang, a } = this;
+    if (sym > 255) {
+      if (lang.done(this.q, this.count)) refeed(below, sym, out);
+      return;
+    }
+    const q = lang.dfa.next(this.q, sym);
+    const c = lang.nextCount(this.count, sym);
+    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
+    if (lang.dfa.universal(q)) out.push(push(below, new RawStrFrame(a, c, lang.dfa.phase[q]!)));
+    else out.push(push(below, new RawPatFrame(lang, a, q, c)));
+  }
+}
+
+/** A bounded number: DFA state q of its text (numrange.ts); it ends where the next symbol cannot go on. */
+class PatNumFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  constructor(readonly lang: StrLang, readonly q: number) {
+    this.key = `N${lang.id}.${q}`;
+    this.min = lang.min(q, 0);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { lang } = this;
+    const q = sym < 256 ? lang.dfa.next(this.q, sym) : -1;
+    if (q >= 0 && lang.min(q, 0) < Infinity) out.push(push(below, new PatNumFrame(lang, q)));
+    if (this.q !== 0 && lang.done(this.q, 0)) refeed(below, sym, out);
+  }
+}
+
 /** A raw string value (K3 string arguments): any UTF-8 text, ended by the next control symbol. */
 class RawStrFrame implements Frame {
   readonly key: string;
@@ -349,10 +476,11 @@ const BEFORE_KEY = 4;
 class ObjFrame implements Frame {
   readonly key: string;
   readonly min: number;
-  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly phase: number, readonly used: string, readonly prop: number, readonly sp: boolean, readonly ws: number) {
-    this.key = `o${ctx.layout[0]}${a.id}.${phase}.${used}.${prop}.${sp ? 1 : 0}.${ws}`;
+  /** `extra`: free keys written (counted only under maxProperties). */
+  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly phase: number, readonly used: string, readonly prop: number, readonly sp: boolean, readonly ws: number, readonly extra = 0) {
+    this.key = `o${ctx.layout[0]}${a.id}.${phase}.${used}.${prop}.${sp ? 1 : 0}.${ws}.${extra}`;
     const sp1 = sp ? 1 : 0;
-    const value = (): number => ctx.mins.node(prop >= 0 ? a.props[prop]! : a.additional!);
+    const value = (): number => ctx.mins.node(ctx.valueNode(a, prop));
     switch (phase) {
       case OPEN_: this.min = ctx.objBeforeKey(a, used, true); break;
       case KEYED: this.min = ctx.sep + value() + ctx.objAfterValue(a, used); break;
@@ -361,8 +489,8 @@ class ObjFrame implements Frame {
       default: this.min = sp1 + ctx.objBeforeKey(a, used, false);
     }
   }
-  private go(phase: number, used: string, prop: number, sp: boolean, ws: number): ObjFrame {
-    return new ObjFrame(this.ctx, this.a, phase, used, prop, sp, ws);
+  private go(phase: number, used: string, prop: number, sp: boolean, ws: number, extra = this.extra): ObjFrame {
+    return new ObjFrame(this.ctx, this.a, phase, used, prop, sp, ws, extra);
   }
   step(sym: number, below: Stack | null, out: Stack[]): void {
     const { ctx, a, phase, used, prop } = this;
@@ -377,14 +505,14 @@ class ObjFrame implements Frame {
     }
     switch (phase) {
       case OPEN_:
-        if (sym === 0x7d && a.required.length === 0) popped(below, out);
+        if (sym === 0x7d && ctx.missing(a, used).count === 0) popped(below, out);
         else if (sym === Q) this.keys(below, out);
         return;
       case KEYED:
         if (sym === 0x3a) out.push(push(below, this.go(BEFORE_VAL, used, prop, py, 0)));
         return;
       case BEFORE_VAL: {
-        const node = prop >= 0 ? a.props[prop]! : a.additional!;
+        const node = ctx.valueNode(a, prop);
         ctx.value(node).enter(push(below, this.go(AFTER_VAL, used, -1, false, 0)), sym, out);
         return;
       }
@@ -397,7 +525,7 @@ class ObjFrame implements Frame {
     }
   }
   private canAdd(): boolean {
-    return ctx_canAdd(this.ctx, this.a, this.used);
+    return ctx_canAdd(this.ctx, this.a, this.used, this.extra);
   }
   /** The opening quote of a key is read: one branch per declared key not yet used, and one for any other key. */
   private keys(below: Stack | null, out: Stack[]): void {
@@ -405,16 +533,98 @@ class ObjFrame implements Frame {
     for (let i = 0; i < a.names.length; i++) {
       if (used[i] === '1' || ctx.mins.node(a.props[i]!) === Infinity) continue;
       const u = used.slice(0, i) + '1' + used.slice(i + 1);
+      if (!ctx.keyFits(a, u, this.extra)) continue;
       out.push(push(push(below, this.go(KEYED, u, i, false, 0)), new LitFrame(ctx.keyLit(a, i), 0)));
     }
-    if (a.additional && ctx.mins.node(a.additional) < Infinity) out.push(push(push(below, this.go(KEYED, used, -1, false, 0)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
+    const extra = a.maxProps === Infinity ? 0 : this.extra + 1;
+    if (!ctx.freeKeyOk(a) || !ctx.keyFits(a, used, extra)) return;
+    if (ctx.keyLang(a)) out.push(push(below, new PatKeyFrame(ctx, a, 0, used, extra)));
+    else out.push(push(push(below, this.go(KEYED, used, -1, false, 0, extra)), new FreeKeyFrame(ctx.keyTrie(a), a, 0, 0)));
   }
 }
 
-function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string): boolean {
-  if (a.additional && ctx.mins.node(a.additional) < Infinity) return true;
-  for (let i = 0; i < a.names.length; i++) if (used[i] !== '1' && ctx.mins.node(a.props[i]!) < Infinity) return true;
+function ctx_canAdd(ctx: JsonCtx, a: Atom, used: string, extra: number): boolean {
+  if (ctx.freeKeyOk(a) && ctx.keyFits(a, used, a.maxProps === Infinity ? 0 : extra + 1)) return true;
+  for (let i = 0; i < a.names.length; i++) if (used[i] !== '1' && ctx.mins.node(a.props[i]!) < Infinity && ctx.keyFits(a, used.slice(0, i) + '1' + used.slice(i + 1), extra)) return true;
   return false;
+}
+
+/** Free keys in printable ASCII without quote or backslash: there ECMA-262 and Python's re agree on every class. */
+const ASCII_KEY = parseRegex('^[ !#-\\[\\]-~]*$');
+
+/** Is the key read so far (at `node` of the declared keys' trie, whose strings end with their closing quote) a declared one? */
+function isName(t: ByteTrie, node: number): boolean {
+  const end = node >= 0 ? t.next(node, Q) : -1;
+  return end >= 0 && t.terminal[end] === true;
+}
+
+/** Not one of the declared keys (a trie walk: state = node + 1, 0 = off the trie). */
+function notDeclared(t: ByteTrie): Component {
+  return {
+    start: 1,
+    next: (s, b) => (s === 0 ? 0 : t.next(s - 1, b) + 1),
+    accept: (s) => !isName(t, s - 1),
+  };
+}
+
+/** Free keys of an atom with patternProperties / propertyNames: the DFA (ASCII, propertyNames, then each patternProperties pattern) and the fewest bytes from each state through the closing quote, separator and value. */
+class KeyLang {
+  private static count = 0;
+  readonly id = KeyLang.count++;
+  readonly dfa: Dfa;
+  private readonly dist: Float32Array;
+  private readonly need: number;
+  private readonly nNames: number;
+
+  constructor(ctx: JsonCtx, readonly a: Atom) {
+    this.nNames = 1 + a.keyNames.length;
+    this.need = (1 << this.nNames) - 1;
+    this.dfa = new Dfa([ASCII_KEY, ...a.keyNames.map((p) => p.re), ...a.keyPats.map((p) => p.re)], [notDeclared(ctx.keyTrie(a))]);
+    const term = new Float32Array(this.dfa.size).fill(Infinity);
+    for (let q = 0; q < this.dfa.size; q++) {
+      const node = this.classNode(q);
+      if (node) term[q] = 1 + ctx.sep + ctx.mins.node(node);
+    }
+    this.dist = shortestWithEnds(this.dfa, term);
+  }
+
+  /** The value node of a key ending in q, or null when no key may end there. */
+  classNode(q: number): Node | null {
+    const bits = this.dfa.bits[q]!;
+    if ((bits & this.need) !== this.need || !this.dfa.compOk[q] || this.dfa.phase[q] !== 0) return null;
+    return this.a.keyClasses[bits >>> this.nNames] ?? null;
+  }
+
+  classOf(q: number): number {
+    return this.dfa.bits[q]! >>> this.nNames;
+  }
+
+  min(q: number): number {
+    return q < 0 ? Infinity : this.dist[q]!;
+  }
+}
+
+/** A free key told apart by patterns, DFA state q after its opening quote; on the closing quote the object goes on with the value of the key's class. */
+class PatKeyFrame implements Frame {
+  readonly key: string;
+  readonly min: number;
+  private readonly kl: KeyLang;
+  constructor(readonly ctx: JsonCtx, readonly a: Atom, readonly q: number, readonly used: string, readonly extra: number) {
+    this.kl = ctx.keyLang(a)!;
+    this.key = `K${ctx.layout[0]}${this.kl.id}.${q}.${used}.${extra}`;
+    this.min = this.kl.min(q) + ctx.objAfterValue(a, used);
+  }
+  step(sym: number, below: Stack | null, out: Stack[]): void {
+    const { ctx, a, q, used, extra, kl } = this;
+    if (sym === Q) {
+      const node = kl.classNode(q);
+      if (node && ctx.mins.node(node) < Infinity) out.push(push(below, new ObjFrame(ctx, a, KEYED, used, -2 - kl.classOf(q), false, 0, extra)));
+      return;
+    }
+    if (sym > 255) return;
+    const n = kl.dfa.next(q, sym);
+    if (n >= 0 && kl.min(n) < Infinity) out.push(push(below, new PatKeyFrame(ctx, a, n, used, extra)));
+  }
 }
 
 /** A key that is none of the declared ones (no escapes, so its bytes are its name). `node` -1: off the declared keys' trie. */
@@ -427,12 +637,12 @@ class FreeKeyFrame implements Frame {
     this.key = `k${a.id}.${node}.${u8}`;
     this.plain = u8 === 0 ? 'json' : undefined;
     if (node >= 0) this.plainExceptions = t.childBytes(node);
-    this.min = utf8Pending(u8) + 1 + (node >= 0 && u8 === 0 && t.terminal[node] ? 1 : 0);
+    this.min = utf8Pending(u8) + 1 + (u8 === 0 && isName(t, node) ? 1 : 0);
   }
   step(sym: number, below: Stack | null, out: Stack[]): void {
     if (sym > 255 || sym === BSL || (sym < 0x20 && this.u8 === 0)) return;
     if (sym === Q && this.u8 === 0) {
-      if (this.node < 0 || !this.t.terminal[this.node]) popped(below, out);
+      if (!isName(this.t, this.node)) popped(below, out);
       return;
     }
     const s = utf8Next(this.u8, sym);

@@ -2,6 +2,7 @@
 // recursive schema's nodes start at Infinity and shrink). Exact minimums are what keeps the
 // budget rule sound: from a state whose minimum fits, some next symbol lowers it by one.
 
+import { numLang, strLang } from './strlang.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
 
 /** Layouts: JSON with optional whitespace (a response document), or Python json.dumps' default separators (tool arguments). */
@@ -23,6 +24,41 @@ export const sepLen = (layout: Layout): number => (layout === 'json' ? 1 : 2);
 
 /** Bytes of a key as written, quotes included. */
 export const keyLen = (k: string): number => utf8Len(JSON.stringify(k));
+
+/**
+ * The declared keys an object still owes from `used` ('1' at a written key's index): every missing
+ * required key, and the cheapest others until `minProps` declared keys are written. Their count
+ * and summed cost (Infinity when too few keys can be written).
+ */
+export function owedKeys(cost: (i: number) => number, n: number, required: readonly number[], used: string, minProps: number): { cost: number; count: number } {
+  let sum = 0;
+  let count = 0;
+  let written = 0;
+  for (let i = 0; i < n; i++) if (used[i] === '1') written++;
+  for (const r of required) {
+    if (used[r] === '1') continue;
+    sum += cost(r);
+    count++;
+  }
+  const need = minProps - written - count;
+  if (need > 0) {
+    const req = new Set(required);
+    const rest: number[] = [];
+    for (let i = 0; i < n; i++) if (used[i] !== '1' && !req.has(i)) rest.push(cost(i));
+    rest.sort((x, y) => x - y);
+    if (rest.length < need) return { cost: Infinity, count: count + need };
+    for (let k = 0; k < need; k++) sum += rest[k]!;
+    count += need;
+  }
+  return { cost: sum, count };
+}
+
+/** Keys written ('1's) in a used-keys string. */
+export const usedCount = (used: string): number => {
+  let n = 0;
+  for (let i = 0; i < used.length; i++) if (used[i] === '1') n++;
+  return n;
+};
 
 export class MinLengths {
   private byAtom = new Map<number, Float64Array>();
@@ -70,18 +106,19 @@ export class MinLengths {
       case K_BOOL:
         return 4;
       case K_INT:
-        return 1;
-      case K_NUM:
+        return numLang(a, true)?.min(0, 0) ?? 1;
+      case K_NUM: {
+        const bounded = numLang(a, false);
+        if (bounded) return bounded.min(0, 0);
         return a.kinds & K_INT ? Infinity : 3; // "1.5": only a schema without integers needs the fraction
-      case K_STR:
-        return 2 + a.minLength;
+      }
+      case K_STR: {
+        const lang = strLang(a, 'json');
+        return 2 + (lang ? lang.min(0, 0) : a.minLength);
+      }
       case K_OBJ: {
-        let sum = 2;
-        for (let i = 0; i < a.required.length; i++) {
-          const r = a.required[i]!;
-          sum += keyLen(a.names[r]!) + sep + this.node(a.props[r]!) + (i > 0 ? sep : 0);
-        }
-        return sum;
+        const { cost, count } = owedKeys((i) => keyLen(a.names[i]!) + sep + this.node(a.props[i]!), a.names.length, a.required, '', a.minProps);
+        return 2 + cost + Math.max(0, count - 1) * sep;
       }
       case K_ARR: {
         let sum = 2;
@@ -104,7 +141,7 @@ export function rawStringMin(n: Node): number {
   for (const a of n.atoms) {
     if (a.lits) {
       for (const v of a.lits) if (typeof v === 'string') m = Math.min(m, utf8Len(v));
-    } else if (a.kinds & K_STR) m = Math.min(m, a.minLength);
+    } else if (a.kinds & K_STR) m = Math.min(m, strLang(a, 'raw')?.min(0, 0) ?? a.minLength);
   }
   return m;
 }

@@ -5,6 +5,10 @@
 // `unsupported` (the value produced is still of an allowed type).
 
 import { UserError } from '../../util/errors.js';
+import { formatPattern } from './formats.js';
+import type { Bound } from './numrange.js';
+import { RegexError, parseRegex, type Re } from './regex.js';
+import { searchOf } from './dfa.js';
 
 export const K_NULL = 1;
 export const K_BOOL = 2;
@@ -39,6 +43,8 @@ export interface Atom {
   maxLength: number;
   /** Declared keys in order and their value nodes; `required` lists indices into `names`. */
   names: string[];
+  /** Declared keys no value may follow (a false schema): never written, not even as free keys. */
+  banned: string[];
   props: Node[];
   required: number[];
   /** Schema of other keys; null: no other keys. */
@@ -48,6 +54,32 @@ export interface Atom {
   items: Node | null;
   minItems: number;
   maxItems: number;
+  /** pattern / format: whole-string regexes every string value matches (empty: none). */
+  patterns: StrPattern[];
+  /** minimum / maximum and their exclusive forms (null: unbounded). */
+  lo: Bound | null;
+  hi: Bound | null;
+  /** Free keys (when any are allowed): the patterns they are told apart by (patternProperties, as
+   *  searches), the value node of each subset matched (index = bit mask; null: no such key), and
+   *  the patterns every key matches (propertyNames). Empty: every free key takes `additional`. */
+  keyPats: StrPattern[];
+  keyClasses: Array<Node | null>;
+  keyNames: StrPattern[];
+  /** minProperties (counted on declared keys only) / maxProperties (every key). */
+  minProps: number;
+  maxProps: number;
+  /** multipleOf (positive integers): integers only, multiples of each. */
+  mults: number[];
+}
+
+/** A string regex (already a search for `pattern`) and where the schema says it, for errors. */
+export interface StrPattern {
+  re: Re;
+  /** The source, for the JS RegExp that filters enum values (u flag). */
+  src: string;
+  /** Identifies the language (`pattern` sources are searches, `format` ones are whole-string). */
+  key: string;
+  where: string;
 }
 
 export class Node {
@@ -60,7 +92,12 @@ type Schema = boolean | Record<string, unknown>;
 interface ObjPart {
   props: Map<string, Schema>;
   additional: Schema;
+  /** patternProperties: a key matching one takes its schema (and not `additional`). */
+  patProps: Array<{ pat: StrPattern; schema: Schema }>;
 }
+
+/** patternProperties past this many in one object are not held (free keys get a class per subset). */
+const MAX_PAT_PROPS = 5;
 interface ArrPart {
   prefix: Schema[];
   items: Schema;
@@ -77,12 +114,25 @@ interface Cons {
   arr: ArrPart[];
   minItems: number;
   maxItems: number;
+  patterns: StrPattern[];
+  lo: Bound | null;
+  hi: Bound | null;
+  minProps: number;
+  maxProps: number;
+  mults: number[];
+  keyNames: StrPattern[];
 }
 
-const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
-const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref']);
+/** multipleOf is held for integer divisors up to this (the automaton has a state per remainder). */
+const MAX_MULTIPLE = 1000;
 
-const any = (): Cons => ({ kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity });
+const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
+const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties', 'multipleOf', 'patternProperties', 'propertyNames']);
+
+const any = (): Cons => ({
+  kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity,
+  patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity, mults: [], keyNames: [],
+});
 
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -107,7 +157,47 @@ function merge(a: Cons, b: Cons): Cons {
     arr: [...a.arr, ...b.arr],
     minItems: Math.max(a.minItems, b.minItems),
     maxItems: Math.min(a.maxItems, b.maxItems),
+    patterns: [...a.patterns, ...b.patterns],
+    lo: tighter(a.lo, b.lo, 1),
+    hi: tighter(a.hi, b.hi, -1),
+    minProps: Math.max(a.minProps, b.minProps),
+    maxProps: Math.min(a.maxProps, b.maxProps),
+    mults: [...new Set([...a.mults, ...b.mults])],
+    keyNames: [...a.keyNames, ...b.keyNames],
   };
+}
+
+/** The stricter of two lower (dir 1) or upper (dir -1) bounds. */
+function tighter(a: Bound | null, b: Bound | null, dir: number): Bound | null {
+  if (!a || !b) return a ?? b;
+  if (a.value !== b.value) return (a.value - b.value) * dir > 0 ? a : b;
+  return a.strict ? a : b;
+}
+
+/** Does a literal value keep to an atom's patterns and bounds? */
+function litFits(v: unknown, c: Cons): boolean {
+  if (typeof v === 'string') return c.patterns.every((p) => jsRegex(p.src).test(v));
+  if (typeof v === 'number') {
+    if (c.mults.some((k) => !Number.isInteger(v) || v % k !== 0)) return false;
+    if (c.lo && (c.lo.strict ? !(v > c.lo.value) : !(v >= c.lo.value))) return false;
+    if (c.hi && (c.hi.strict ? !(v < c.hi.value) : !(v <= c.hi.value))) return false;
+  }
+  return true;
+}
+
+const regexCache = new Map<string, RegExp>();
+function jsRegex(src: string): RegExp {
+  let r = regexCache.get(src);
+  if (!r) {
+    try {
+      r = new RegExp(src, 'u');
+    } catch {
+      r = new RegExp(src);
+    }
+    if (regexCache.size > 256) regexCache.clear();
+    regexCache.set(src, r);
+  }
+  return r;
 }
 
 function product(xs: Cons[], ys: Cons[]): Cons[] {
@@ -126,8 +216,38 @@ export class SchemaCompiler {
   private nextSchemaId = 2;
   private expanding = new Set<object>();
   private atomCount = 0;
+  private paths: WeakMap<object, string> | null = null;
 
   constructor(readonly root: Schema, readonly where = 'schema') {}
+
+  /** A subschema's JSON pointer in the root (the first place it occurs), for error messages. */
+  private pathOf(s: object): string {
+    if (!this.paths) {
+      const paths = new WeakMap<object, string>();
+      const walk = (v: unknown, p: string, depth: number): void => {
+        if (v === null || typeof v !== 'object' || paths.has(v) || depth > 64) return;
+        paths.set(v, p);
+        for (const [k, x] of Object.entries(v)) walk(x, `${p}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, depth + 1);
+      };
+      walk(this.root, '', 0);
+      this.paths = paths;
+    }
+    return this.paths.get(s) ?? '';
+  }
+
+  /** A pattern as a search (UserError naming where it is when it cannot be held). */
+  private search(s: object, keyword: string, src: string): Re {
+    try {
+      return searchOf(parseRegex(src));
+    } catch (e) {
+      if (!(e instanceof RegexError)) throw e;
+      throw new UserError(`${this.where}: ${this.pathOf(s)}/${keyword}: cannot hold ${e.message}`);
+    }
+  }
+
+  private pattern(s: object, keyword: string, src: string, re: Re): StrPattern {
+    return { re, src, key: `${keyword}:${src}`, where: `${this.where}: ${this.pathOf(s)}/${keyword}` };
+  }
 
   private sid(s: Schema): number {
     if (s === true) return 0;
@@ -223,13 +343,50 @@ export class SchemaCompiler {
     if (nonNegInt(s.maxLength)) c.maxLength = s.maxLength;
     if (nonNegInt(s.minItems)) c.minItems = s.minItems;
     if (nonNegInt(s.maxItems)) c.maxItems = s.maxItems;
+    if (s.multipleOf !== undefined) {
+      const k = s.multipleOf;
+      if (typeof k === 'number' && Number.isInteger(k) && k >= 1 && k <= MAX_MULTIPLE) {
+        if (k > 1) c.mults.push(k);
+        c.kinds &= ~K_NUM; // a multiple of an integer is an integer
+      } else this.unsupported.add('multipleOf (past integers up to 1000)');
+    }
+    if (nonNegInt(s.minProperties)) c.minProps = s.minProperties;
+    if (nonNegInt(s.maxProperties)) c.maxProps = s.maxProperties;
     if (Array.isArray(s.required)) for (const r of s.required) if (typeof r === 'string') c.required.add(r);
+    if (typeof s.pattern === 'string') c.patterns.push(this.pattern(s, 'pattern', s.pattern, this.search(s, 'pattern', s.pattern)));
+    if (typeof s.format === 'string') {
+      const src = formatPattern(s.format);
+      if (src !== undefined) c.patterns.push(this.pattern(s, 'format', src, parseRegex(src)));
+      else this.unsupported.add(`format ${s.format}`);
+    } else if (s.format !== undefined) this.unsupported.add('format');
+    const num = (k: string): number | null => (typeof s[k] === 'number' && Number.isFinite(s[k]) ? (s[k] as number) : null);
+    const lo = num('minimum');
+    const hi = num('maximum');
+    // draft 4 writes the exclusive forms as booleans beside minimum / maximum
+    if (lo !== null) c.lo = { value: lo, strict: s.exclusiveMinimum === true };
+    if (hi !== null) c.hi = { value: hi, strict: s.exclusiveMaximum === true };
+    const xlo = num('exclusiveMinimum');
+    const xhi = num('exclusiveMaximum');
+    if (xlo !== null) c.lo = tighter(c.lo, { value: xlo, strict: true }, 1);
+    if (xhi !== null) c.hi = tighter(c.hi, { value: xhi, strict: true }, -1);
     const props = s.properties;
     const ap = s.additionalProperties;
-    if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined) {
+    const pp = s.patternProperties;
+    const patProps: ObjPart['patProps'] = [];
+    if (pp !== null && typeof pp === 'object' && !Array.isArray(pp)) {
+      for (const [src, schema] of Object.entries(pp)) patProps.push({ pat: this.pattern(s, `patternProperties/${src.replace(/~/g, '~0').replace(/\//g, '~1')}`, src, this.search(s, 'patternProperties', src)), schema: schema as Schema });
+    }
+    if ((props !== undefined && typeof props === 'object' && props !== null) || ap !== undefined || patProps.length > 0) {
       const m = new Map<string, Schema>();
       if (props && typeof props === 'object') for (const [k, v] of Object.entries(props)) m.set(k, v as Schema);
-      c.obj.push({ props: m, additional: ap === undefined ? true : (ap as Schema) });
+      c.obj.push({ props: m, additional: ap === undefined ? true : (ap as Schema), patProps });
+    }
+    const pn = s.propertyNames;
+    if (pn !== undefined && pn !== true) {
+      const names = pn as Record<string, unknown>;
+      const held = pn !== null && typeof pn === 'object' && Object.keys(names).every((k) => k === 'pattern' || k === 'type' || ANNOTATIONS.has(k)) && (names.type === undefined || names.type === 'string');
+      if (held && typeof names.pattern === 'string') c.keyNames.push(this.pattern(names, 'pattern', names.pattern, this.search(names, 'pattern', names.pattern)));
+      else if (!held) this.unsupported.add('propertyNames (past a pattern)');
     }
     const items = s.items;
     const prefixItems = Array.isArray(s.prefixItems) ? (s.prefixItems as Schema[]) : Array.isArray(items) ? (items as Schema[]) : null;
@@ -245,6 +402,7 @@ export class SchemaCompiler {
     if (c.lits) {
       c.lits = c.lits.filter((v) => {
         if ((kindOf(v) & c.kinds) === 0 && !((kindOf(v) & K_INT) && (c.kinds & K_NUM))) return false;
+        if (!litFits(v, c)) return false;
         if (typeof v === 'string') {
           const n = codePoints(v);
           return n >= c.minLength && n <= c.maxLength;
@@ -258,18 +416,21 @@ export class SchemaCompiler {
     const names: string[] = [];
     const props: Node[] = [];
     const declared = new Set<string>();
+    const banned: string[] = [];
     for (const p of c.obj) for (const k of p.props.keys()) declared.add(k);
     for (const r of c.required) declared.add(r);
     for (const k of declared) {
       const parts: Schema[] = [];
-      let ok = true;
+      let ok = c.keyNames.every((n) => jsRegex(n.src).test(k));
       for (const p of c.obj) {
-        const s = p.props.has(k) ? p.props.get(k)! : p.additional;
-        if (s === false) ok = false;
-        else parts.push(s);
+        const matched = p.patProps.filter((x) => jsRegex(x.pat.src).test(k)).map((x) => x.schema);
+        const own = p.props.has(k) ? [p.props.get(k)!, ...matched] : matched.length > 0 ? matched : [p.additional];
+        if (own.includes(false)) ok = false;
+        else parts.push(...own);
       }
       if (!ok) {
         if (c.required.has(k)) c.kinds &= ~K_OBJ;
+        banned.push(k);
         continue;
       }
       names.push(k);
@@ -281,7 +442,42 @@ export class SchemaCompiler {
       if (p.additional === false) additionalOk = false;
       else addParts.push(p.additional);
     }
+    // free keys told apart by patternProperties: a value node per subset of the patterns matched
+    let keyPats = c.obj.flatMap((p) => p.patProps.map((x) => x.pat));
+    if (keyPats.length > MAX_PAT_PROPS) {
+      this.unsupported.add(`patternProperties (past ${MAX_PAT_PROPS} in one object)`);
+      keyPats = [];
+    }
+    const keyClasses: Array<Node | null> = [];
+    if (keyPats.length > 0 || c.keyNames.length > 0) {
+      for (let mask = 0; mask < 1 << keyPats.length; mask++) {
+        const parts: Schema[] = [];
+        let ok = true;
+        let bit = 0;
+        for (const p of c.obj) {
+          const own: Schema[] = [];
+          for (const x of p.patProps) if (mask & (1 << bit++)) own.push(x.schema);
+          if (own.length === 0) own.push(p.additional);
+          if (own.includes(false)) ok = false;
+          parts.push(...own);
+        }
+        keyClasses.push(ok ? this.node(...parts) : null);
+      }
+      // `additional` then only says that free keys may be written; their values come from keyClasses
+      additionalOk = keyClasses.some((n) => n !== null);
+      addParts.length = 0;
+      addParts.push(...c.obj.map((p) => p.additional).filter((x) => x !== false));
+    }
     const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
+    // minProperties is reached with declared keys (free keys are not told apart, so not counted)
+    let minProps = c.minProps;
+    if (minProps > names.length) {
+      if (additionalOk) {
+        this.unsupported.add('minProperties (past the declared keys)');
+        minProps = 0;
+      } else c.kinds &= ~K_OBJ;
+    }
+    if (required.length > c.maxProps || minProps > c.maxProps) c.kinds &= ~K_OBJ;
     // Array: item j must satisfy every part's schema for position j.
     let maxItems = c.maxItems;
     let prefixLen = 0;
@@ -309,6 +505,7 @@ export class SchemaCompiler {
       minLength: c.minLength,
       maxLength: c.maxLength,
       names,
+      banned,
       props,
       required,
       additional: additionalOk ? this.node(...addParts) : null,
@@ -316,6 +513,15 @@ export class SchemaCompiler {
       items,
       minItems: c.minItems,
       maxItems,
+      patterns: c.patterns,
+      lo: c.lo,
+      hi: c.hi,
+      minProps,
+      maxProps: c.maxProps,
+      mults: c.mults,
+      keyPats,
+      keyClasses,
+      keyNames: c.keyNames,
     };
   }
 }

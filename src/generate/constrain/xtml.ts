@@ -8,7 +8,7 @@
 
 import { Alt, EMPTY, Lit, Seq, lazyG, newId, push, refeed, type Frame, type G, type Stack } from './core.js';
 import { JsonCtx, WsG } from './json.js';
-import { rawStringMin } from './minlen.js';
+import { owedKeys, rawStringMin, usedCount } from './minlen.js';
 import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, SchemaCompiler, kindOf, type Node } from './schema.js';
 import { CLOSE, END, OPEN, SEP, syms } from './symbols.js';
 import { FreeG, LazyFrame } from './text.js';
@@ -34,6 +34,10 @@ class CompiledTool {
   readonly options: Array<Array<G>> = [];
   readonly required: number[] = [];
   readonly unsupported: string[];
+  /** minProperties / maxProperties of the arguments object. */
+  readonly minProps: number;
+  readonly maxProps: number;
+  private owedMemo = new Map<string, number>();
 
   constructor(readonly spec: ToolSpec, private readonly lit: (...p: Array<string | number>) => Lit) {
     const where = `tool ${JSON.stringify(spec.name)}: parameters`;
@@ -53,6 +57,8 @@ class CompiledTool {
       if (a.required.includes(i) && gs.length === 0) throw new UserError(`${where}: required argument ${JSON.stringify(name)} has no possible value`);
     });
     for (const r of a.required) this.required.push(r);
+    this.minProps = a.minProps;
+    this.maxProps = a.maxProps;
     if (a.names.length === 0 && a.additional) comp.unsupported.add('arguments not declared in properties');
     this.unsupported = [...comp.unsupported];
   }
@@ -65,6 +71,23 @@ class CompiledTool {
       out.push(new Seq([this.lit(OPEN, 'argument', ' key', '="', escAttr(key), '"', ' type', '="', tname, '"', SEP), value, this.lit(CLOSE, 'argument', SEP)]));
     }
     return out;
+  }
+
+  /** Fewest symbols of the arguments still owed (required ones, and enough for minProperties). */
+  owedCost(used: string): number {
+    return owedKeys((i) => this.argMin(i), this.names.length, this.required, used, this.minProps).cost;
+  }
+
+  /** Arguments still owed after `used`. */
+  owedCount(used: string): number {
+    let n = this.owedMemo.get(used);
+    if (n === undefined) this.owedMemo.set(used, (n = owedKeys((i) => this.argMin(i), this.names.length, this.required, used, this.minProps).count));
+    return n;
+  }
+
+  /** May the arguments go on to `usedAfter` (maxProperties)? */
+  fits(usedAfter: string): boolean {
+    return this.maxProps === Infinity || usedCount(usedAfter) + this.owedCount(usedAfter) <= this.maxProps;
   }
 
   argMin(i: number): number {
@@ -84,19 +107,19 @@ class ArgsFrame implements Frame {
   readonly min: number;
   constructor(readonly t: CompiledTool, readonly used: string) {
     this.key = `A${t.id}.${used}`;
-    let m = 0;
-    for (const r of t.required) if (used[r] !== '1') m += t.argMin(r);
-    this.min = m;
+    this.min = t.owedCost(used);
   }
   step(sym: number, below: Stack | null, out: Stack[]): void {
     const { t, used } = this;
     if (sym === OPEN) {
       for (let i = 0; i < t.names.length; i++) {
         if (used[i] === '1') continue;
-        const next = push(below, new ArgsFrame(t, used.slice(0, i) + '1' + used.slice(i + 1)));
+        const u = used.slice(0, i) + '1' + used.slice(i + 1);
+        if (!t.fits(u)) continue;
+        const next = push(below, new ArgsFrame(t, u));
         for (const g of t.options[i]!) g.enter(next, sym, out);
       }
-    } else if (this.min === 0) refeed(below, sym, out);
+    } else if (t.owedCount(used) === 0) refeed(below, sym, out);
   }
 }
 
