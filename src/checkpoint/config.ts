@@ -1,5 +1,5 @@
-// config.json -> one typed ModelConfig for the three architectures (ARCHITECTURE.md §2.1, §3.1,
-// §4.1; K3.md §2). Every field the forward pass uses is read here and nowhere else. A missing or
+// config.json -> one typed ModelConfig for the three architectures (docs/spec/ARCHITECTURE.md §2.1, §3.1,
+// docs/spec/ARCHITECTURE.md §4.1; docs/spec/K3.md §2). Every field the forward pass uses is read here and nowhere else. A missing or
 // contradictory field is an error naming it; unknown extra fields are ignored.
 //
 // Checkpoint quirks live here too: K3 and K2.5 nest the decoder in `text_config` and prefix tensors
@@ -38,7 +38,7 @@ export interface MlaConfig {
   /** RoPE on the rope slice (K2) or NoPE (Kimi Linear, K3). */
   rope: { theta: number; yarn: YarnConfig | null } | null;
   outputGate: boolean;
-  /** Epsilon of q_a_layernorm / kv_a_layernorm: 1e-6 as Moonshot's HF code (default) or rms_norm_eps (§1.7.6). */
+  /** Epsilon of q_a_layernorm / kv_a_layernorm: 1e-6 as Moonshot's HF code (default) or rms_norm_eps (docs/spec/ARCHITECTURE.md §1.7.6). */
   latentNormEps: number;
 }
 
@@ -46,7 +46,7 @@ export interface KdaConfig {
   heads: number;
   headDim: number;
   convSize: number;
-  /** K3's bounded gate λ·σ(...) when set; Kimi Linear's −exp(A_log)·softplus(...) when null (§4.3). */
+  /** K3's bounded gate λ·σ(...) when set; Kimi Linear's −exp(A_log)·softplus(...) when null (docs/spec/ARCHITECTURE.md §4.3). */
   gateLowerBound: number | null;
   fullRankGate: boolean;
 }
@@ -54,7 +54,7 @@ export interface KdaConfig {
 export interface ActConfig {
   kind: 'silu' | 'situ';
   situBeta: number;
-  /** null: the SiTU up factor is plain u (§4.6). */
+  /** null: the SiTU up factor is plain u (docs/spec/ARCHITECTURE.md §4.6). */
   situLinearBeta: number | null;
 }
 
@@ -70,7 +70,7 @@ export interface MoeConfig {
   /** K3 latent MoE width (routed_expert_hidden_size), or null for plain MoE. */
   latentDim: number | null;
   latentNorm: boolean;
-  /** Kimi Linear HF remote-code quirk: routing weights read the biased score (§3.6). Default false. */
+  /** Kimi Linear HF remote-code quirk: routing weights read the biased score (docs/spec/ARCHITECTURE.md §3.6). Default false. */
   biasedWeights: boolean;
   /** MoE tensor naming, K2's or Kimi's (checkpoint/names.ts spells both). */
   naming: 'k2' | 'kimi';
@@ -108,7 +108,7 @@ export interface ModelConfig {
   mtpLayers?: number;
 }
 
-/** Switches for the places where sources disagree (ARCHITECTURE.md §8). Defaults follow shared/golden/README.md. */
+/** Switches for the places where sources disagree (docs/spec/ARCHITECTURE.md §8). Defaults follow shared/golden/README.md. */
 export interface ConfigOverrides {
   /** 'reference' (1e-6, default) or 'config' (rms_norm_eps, as vLLM / llama.cpp / the C engine). */
   mlaLatentNormEps?: 'reference' | 'config';
@@ -202,7 +202,7 @@ class Reader {
   }
 }
 
-// Bounds that follow from the architectures (ARCHITECTURE.md §2.1, §3.1, §4.1) with wide
+// Bounds that follow from the architectures (docs/spec/ARCHITECTURE.md §2.1, §3.1, §4.1) with wide
 // margins; they exist so that a damaged or hand-edited config stops here, with a line naming the
 // field, instead of allocating a billion layers or computing with a negative epsilon.
 export const LIMITS = {
@@ -281,7 +281,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   if (moeFreq !== 1) r.fail(`moe_layer_freq ${moeFreq} is not supported (every Kimi / DeepSeek-V3 config uses 1)`);
   if (r.bool(false, 'tie_word_embeddings')) r.fail('tie_word_embeddings = true is not a Kimi checkpoint (lm_head is separate)');
 
-  // Layer map (§3.2, §4.2): 0-based layer l is MLA iff l+1 is in full_attn_layers (1-based).
+  // Layer map (docs/spec/ARCHITECTURE.md §3.2, §4.2): 0-based layer l is MLA iff l+1 is in full_attn_layers (1-based).
   let fullAttnLayers: number[] | null = null;
   const attnOf: AttnKind[] = new Array(numLayers).fill('mla');
   if (arch !== 'k2') {
@@ -308,7 +308,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   }
   const layers: LayerSpec[] = attnOf.map((attn, l) => ({ attn, ffn: l < firstDense ? 'dense' : 'moe' }));
 
-  // MLA (§1.7).
+  // MLA (docs/spec/ARCHITECTURE.md §1.7).
   const qLora = r.has('q_lora_rank') ? r.pos('q_lora_rank') : null;
   let rope: MlaConfig['rope'] = null;
   if (arch === 'k2') {
@@ -351,7 +351,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   for (const [nm, v] of [['qk_nope_head_dim', mla.nopeDim], ['qk_rope_head_dim', mla.ropeDim], ['v_head_dim', mla.vDim]] as const) r.range(nm, v, 1, LIMITS.headDim);
   if (mla.ropeDim % 2 !== 0) r.fail(`field qk_rope_head_dim = ${mla.ropeDim} must be even (rope rotates pairs)`);
 
-  // KDA (§3.3, §4.3).
+  // KDA (docs/spec/ARCHITECTURE.md §3.3, §4.3).
   let kda: KdaConfig | null = null;
   if (attnOf.includes('kda')) {
     kda = {
@@ -369,7 +369,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
   }
   if (arch === 'k3' && (!kda || kda.gateLowerBound === null)) r.fail('K3 needs linear_attn_config.gate_lower_bound');
 
-  // Activation (§1.2, §4.6).
+  // Activation (docs/spec/ARCHITECTURE.md §1.2, §4.6).
   const hiddenAct = r.str('silu', 'hidden_act');
   let act: ActConfig;
   if (hiddenAct === 'situ') {
@@ -380,7 +380,7 @@ export function parseConfig(top: Json, file: string, overrides: ConfigOverrides 
     return r.fail(`hidden_act ${JSON.stringify(hiddenAct)} is not supported (silu or situ)`);
   }
 
-  // MoE (§1.5; Kimi renames: num_experts <-> n_routed_experts, ...).
+  // MoE (docs/spec/ARCHITECTURE.md §1.5; Kimi renames: num_experts <-> n_routed_experts, ...).
   const kimiNames = arch !== 'k2';
   const experts = r.range(kimiNames ? 'num_experts' : 'n_routed_experts', kimiNames ? r.pos('num_experts') : r.pos('n_routed_experts'), 1, LIMITS.experts);
   const topK = kimiNames ? r.pos('num_experts_per_token') : r.pos('num_experts_per_tok');
