@@ -1,4 +1,4 @@
-// K3 tool-call arguments (K3-CHAT.md §3.5, §7): each `argument` block holds its value as raw
+// K3 tool-call arguments (docs/spec/K3-CHAT.md §3.5, §7): each `argument` block holds its value as raw
 // text plus a `type`; a string is the text itself, any other type is strict JSON (falling back
 // to the text). The OpenAI `arguments` string is spliced from the model's own JSON text, since
 // JSON.stringify(JSON.parse(x)) would respell numbers (1.0 -> 1) and move integer-like keys first.

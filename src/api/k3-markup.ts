@@ -1,4 +1,4 @@
-// K3 markup on ids (K3-CHAT.md §2, §3.1, §7): the four control tokens are single ids; a tag's
+// K3 markup on ids (docs/spec/K3-CHAT.md §2, §3.1, §7): the four control tokens are single ids; a tag's
 // name and attributes are ordinary text between `<|open|>` / `<|close|>` and `<|sep|>`. The same
 // characters written as ordinary BPE pieces are text, which is why the parser works on ids.
 

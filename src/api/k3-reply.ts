@@ -1,4 +1,4 @@
-// A K3 reply, parsed on token ids as it streams (K3-CHAT.md §3.5, §3.8, §7): reasoning until
+// A K3 reply, parsed on token ids as it streams (docs/spec/K3-CHAT.md §3.5, §3.8, §7): reasoning until
 // `<|close|>think<|sep|>`, content in the response channel, then tool calls. Text is released as
 // soon as it is decoded (only a tag's own text, between a control id and `<|sep|>`, is held), so
 // the deltas of push() always concatenate to the fields finish() reports at that point.

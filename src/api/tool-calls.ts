@@ -1,5 +1,5 @@
 // K2 tool calls, parsed from the reply's tool-call section as K2's chat template writes it
-// (ARCHITECTURE.md §6.5; the same grammar vLLM's kimi_k2 tool parser reads):
+// (docs/spec/ARCHITECTURE.md §6.5; the same grammar vLLM's kimi_k2 tool parser reads):
 //   <|tool_calls_section_begin|>
 //     <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{json}<|tool_call_end|> ...
 //   <|tool_calls_section_end|>

@@ -1,4 +1,4 @@
-// Which tensors make up one linear layer, and in which format (ARCHITECTURE.md §5):
+// Which tensors make up one linear layer, and in which format (docs/spec/ARCHITECTURE.md §5):
 //   `<base>.weight` BF16/F16/F32                          -> plain
 //   `<base>.weight` F8_E4M3 + `<base>.weight_scale_inv`    -> fp8, 128x128 block scales (DeepSeek-V3 / K2)
 //   `<base>.weight_packed` I32 + `.weight_scale` (+ `.weight_shape`) -> int4 pack-quantized (K2-Thinking)

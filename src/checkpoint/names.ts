@@ -2,7 +2,7 @@
 // forward pass uses the trunk matrices. This is the only place a tensor name is spelled (in the
 // spirit of llama.cpp's llama-arch.cpp); the model, the store, the packer, the config-only index
 // and the synthetic-checkpoint writer all read it. Names follow the official Hugging Face
-// layouts (K3.md §1, ARCHITECTURE.md §2-§4):
+// layouts (docs/spec/K3.md §1, docs/spec/ARCHITECTURE.md §2-§4):
 // - K3 and K2.5 put the decoder under `language_model.` (next to `vision_tower.` and `mm_projector.`);
 // - K2 / DeepSeek-V3 call the MoE block `mlp.` and its experts gate/up/down_proj, Kimi Linear and
 //   K3 call it `block_sparse_moe.` and their experts w1/w3/w2 (gate, up, down).
@@ -62,7 +62,7 @@ export interface MoeNames {
   latentNorm: string;
 }
 
-/** Norm weight and projection of one Attention Residuals mix (K3, ARCHITECTURE.md §4.7). */
+/** Norm weight and projection of one Attention Residuals mix (K3, docs/spec/ARCHITECTURE.md §4.7). */
 export interface AttnResNames {
   norm: string;
   proj: string;

@@ -1,6 +1,6 @@
 // One safetensors file's header (a directory of them: dir.ts).
 // Format: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}}, then data;
-// offsets are relative to byte 8 + N (K3.md §1). Headers are validated completely before any
+// offsets are relative to byte 8 + N (docs/spec/K3.md §1). Headers are validated completely before any
 // tensor is used; tensor bytes are fetched later with positioned reads, never a whole shard.
 
 import * as fs from 'node:fs';

@@ -1,4 +1,4 @@
-// Row decoding: every weight format to its exact f32 values (ARCHITECTURE.md §5). The reference
+// Row decoding: every weight format to its exact f32 values (docs/spec/ARCHITECTURE.md §5). The reference
 // kernels (kernels/ref.ts) take their canonical dot over these values, and the store uses them
 // for embedding rows; the WebAssembly kernels decode the same values in registers.
 
@@ -39,7 +39,7 @@ export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
       return;
     }
     case 'fp8': {
-      // W[r,c] = fp8[r,c] * scale_inv[r/128, c/128] (§5.1), rounded once to f32.
+      // W[r,c] = fp8[r,c] * scale_inv[r/128, c/128] (docs/spec/ARCHITECTURE.md §5.1), rounded once to f32.
       const sc = scaleF32(w);
       const sCols = Math.ceil(cols / 128);
       const srow = Math.floor(r / 128) * sCols;
@@ -48,7 +48,7 @@ export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
       return;
     }
     case 'int4': {
-      // word = packed[r, c/8]; nibble = (word >> 4*(c%8)) & 15; W = (nibble - 8) * scale[r, c/32] (§5.2).
+      // word = packed[r, c/8]; nibble = (word >> 4*(c%8)) & 15; W = (nibble - 8) * scale[r, c/32] (docs/spec/ARCHITECTURE.md §5.2).
       const words = Math.ceil(cols / 8);
       const sc = scaleF32(w);
       const gpr = Math.ceil(cols / 32);
@@ -61,7 +61,7 @@ export function decodeRow(w: WeightView, r: number, out: Float32Array): void {
       return;
     }
     case 'mxfp4': {
-      // nibble = even column low, odd column high; W = E2M1[nibble] * 2^(scale-127) (§5.3).
+      // nibble = even column low, odd column high; W = E2M1[nibble] * 2^(scale-127) (docs/spec/ARCHITECTURE.md §5.3).
       const half = cols >> 1;
       const gpr = cols >> 5;
       const sc = w.scale!;

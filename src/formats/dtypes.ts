@@ -1,6 +1,6 @@
 // Element types found in safetensors headers, and exact scalar decoders for the small formats.
 // Every decoder returns the exact value the bits mean; all of them are representable in f32
-// (ARCHITECTURE.md §5).
+// (docs/spec/ARCHITECTURE.md §5).
 
 export type DType = 'F64' | 'F32' | 'F16' | 'BF16' | 'I64' | 'I32' | 'I16' | 'I8' | 'U8' | 'BOOL' | 'F8_E4M3';
 
@@ -40,7 +40,7 @@ export function f16ToF32(h: number): number {
   return s * (1 + m / 1024) * 2 ** (e - 15);
 }
 
-/** float8 e4m3fn byte -> exact value (§5.1): bias 7, no infinities, 0x7f/0xff are NaN. */
+/** float8 e4m3fn byte -> exact value (docs/spec/ARCHITECTURE.md §5.1): bias 7, no infinities, 0x7f/0xff are NaN. */
 export function fp8e4m3ToF32(b: number): number {
   const s = b & 0x80 ? -1 : 1;
   const e = (b >>> 3) & 0xf;
@@ -73,7 +73,7 @@ export const FP8_TABLE: Float32Array = (() => {
   return t;
 })();
 
-/** E2M1 (FP4) values by nibble; bit 3 is the sign (§5.3). */
+/** E2M1 (FP4) values by nibble; bit 3 is the sign (docs/spec/ARCHITECTURE.md §5.3). */
 export const E2M1_TABLE: Float32Array = new Float32Array([
   0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6,
 ]);

@@ -6,7 +6,7 @@ export type WeightFormat = 'f32' | 'bf16' | 'f16' | 'fp8' | 'int4' | 'mxfp4';
 export type ViewFormat = WeightFormat | 'q7';
 
 /**
- * A [rows, cols] matrix in one of the checkpoint formats (ARCHITECTURE.md §5):
+ * A [rows, cols] matrix in one of the checkpoint formats (docs/spec/ARCHITECTURE.md §5):
  * - f32 / bf16 / f16: `data` row-major.
  * - fp8: `data` e4m3 bytes row-major; `scale` f32 [ceil(rows/128), ceil(cols/128)] (weight_scale_inv; multiply).
  * - int4: `data` little-endian i32 words [rows, ceil(cols/8)], low nibble first, value nibble-8;

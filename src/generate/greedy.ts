@@ -1,5 +1,5 @@
 // Generation loop: prefill the prompt, then one forward call per new token. Greedy decoding is
-// argmax with the first maximum winning ties (K3.md §10); other samplers plug in as `pick`.
+// argmax with the first maximum winning ties (docs/spec/K3.md §10); other samplers plug in as `pick`.
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';

@@ -1,4 +1,4 @@
-// Attention Residuals (ARCHITECTURE.md §4.7, K3.md §6.2): a softmax over depth that replaces the
+// Attention Residuals (docs/spec/ARCHITECTURE.md §4.7, docs/spec/K3.md §6.2): a softmax over depth that replaces the
 // residual add. Candidates are the block snapshots then the current partial sum; keys are
 // RMS-normalized (no weight), scored against fold = norm_w ⊙ proj_w; values are the RAW candidates.
 // Per token, across depth only: nothing is carried across positions.

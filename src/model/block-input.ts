@@ -1,5 +1,5 @@
 // A block's input not yet computed: x = RMSNorm(h), h the Attention Residuals mix of the
-// candidates (K3, ARCHITECTURE.md §4.7) or the stream itself. A block that runs as one chained
+// candidates (K3, docs/spec/ARCHITECTURE.md §4.7) or the stream itself. A block that runs as one chained
 // dispatch computes it as its first step (Chain.attnResNorm: no JavaScript between the previous
 // block's last product and this block's first, issue 13); any other calls blockInput. The same
 // operations either way, so the same bytes.

@@ -83,7 +83,7 @@ export function bundle<T>(b: Block, kind: BundleKind, l: number, make: () => Pro
   return p;
 }
 
-/** Embedding rows of `ids`: [T, D] (plain row lookup, no scaling; §1.3). */
+/** Embedding rows of `ids`: [T, D] (plain row lookup, no scaling; docs/spec/ARCHITECTURE.md §1.3). */
 export async function embed(b: Block, ids: number[]): Promise<Float32Array> {
   const { cfg } = b;
   for (const id of ids) {

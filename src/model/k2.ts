@@ -1,4 +1,4 @@
-// Kimi K2 / DeepSeek-V3 (ARCHITECTURE.md §2.4): pre-norm residual layers, MLA with YaRN rope on
+// Kimi K2 / DeepSeek-V3 (docs/spec/ARCHITECTURE.md §2.4): pre-norm residual layers, MLA with YaRN rope on
 // every layer, dense MLP for the first layers then MoE.
 
 import { attention, embed, ffn, head, layerNorm, type Block } from './decoder.js';

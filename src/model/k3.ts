@@ -1,4 +1,4 @@
-// Kimi K3 (ARCHITECTURE.md §4.7, K3.md §6.2): Kimi Linear's blocks with Attention Residuals in
+// Kimi K3 (docs/spec/ARCHITECTURE.md §4.7, docs/spec/K3.md §6.2): Kimi Linear's blocks with Attention Residuals in
 // place of the residual stream. Per token: a running partial sum `prefix` and the list of block
 // snapshots B; a layer mixes them before attention and before the FFN.
 

@@ -1,4 +1,4 @@
-// Kimi Delta Attention (ARCHITECTURE.md §3.3, §4.3; K3.md §6.3). Prefill runs the exact recurrence
+// Kimi Delta Attention (docs/spec/ARCHITECTURE.md §3.3, §4.3; docs/spec/K3.md §6.3). Prefill runs the exact recurrence
 // token by token (not the chunked form), so prefill and decode give the same bytes.
 //
 // State per layer: S [H, dk, dk] f32 (rows = key channel, columns = value channel) and the last
@@ -90,7 +90,7 @@ export function newKdaState(p: KdaParams, alloc?: F32Alloc | null): KdaState {
 }
 
 /**
- * Causal depthwise conv + SiLU for one token over P channels, updating the tail (K3.md §6.3 K4):
+ * Causal depthwise conv + SiLU for one token over P channels, updating the tail (docs/spec/K3.md §6.3 K4):
  * u = Σ_m c[j,m]·x_{t-W+1+m}[j] (m = 0 oldest … W-1 current), summed in that order; out = silu(u).
  * σ here and in the rest of the block is sigmoidRef (our own exp, shared with the WebAssembly
  * block kernel wasm/kda-block.ts), not Math.exp.
@@ -108,7 +108,7 @@ export function shortConvStep(xt: Float32Array, xo: number, taps: Float32Array, 
 }
 
 /**
- * One delta-rule step for one head (§3.3 R1–R4), all in f32:
+ * One delta-rule step for one head (docs/spec/ARCHITECTURE.md §3.3 R1–R4), all in f32:
  * S ← diag(α)·S; u = Sᵀk; S ← S + (β·k) ⊗ (v − u); o = Sᵀq. Sums over the key index i ascending.
  */
 export function kdaRecurStep(S: Float32Array, so: number, d: number, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: number, o: Float32Array, off: number, u: Float32Array): void {
@@ -138,7 +138,7 @@ export function kdaRecurStep(S: Float32Array, so: number, d: number, q: Float32A
 }
 
 /**
- * Per-channel decay α = exp(g) (§3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. K3's bounded
+ * Per-channel decay α = exp(g) (docs/spec/ARCHITECTURE.md §3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. K3's bounded
  * gate uses sigmoidRef and expRef (the block kernel's numbers); Kimi Linear's softplus gate stays
  * on Math (the kernel takes its α from here). A = Math.exp(A_log) either way.
  */
@@ -300,7 +300,7 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
       state.sweep.tails.push(state.conv.slice());
     }
     recurStep(c, state.S, q, k, v, alpha, betas, o, H, d);
-    // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (§3.3 P9; norm first, gate second).
+    // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (docs/spec/ARCHITECTURE.md §3.3 P9; norm first, gate second).
     for (let h = 0; h < H; h++) {
       let ss = 0;
       for (let i = 0; i < d; i++) ss += o[h * d + i]! * o[h * d + i]!;

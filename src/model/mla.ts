@@ -1,4 +1,4 @@
-// Multi-head Latent Attention in the absorbed ("latent") form (ARCHITECTURE.md §1.7.5): the cache
+// Multi-head Latent Attention in the absorbed ("latent") form (docs/spec/ARCHITECTURE.md §1.7.5): the cache
 // holds, per position, only the normalized latent c (Lk) and the shared rope key (dr), never
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.

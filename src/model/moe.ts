@@ -1,5 +1,5 @@
-// Mixture of experts: plain (K2, Kimi Linear; ARCHITECTURE.md §1.5) and K3's latent MoE with its
-// norm (§4.5). Tokens of a chunk are routed first; each chosen expert is then fetched once and
+// Mixture of experts: plain (K2, Kimi Linear; docs/spec/ARCHITECTURE.md §1.5) and K3's latent MoE with its
+// norm (docs/spec/ARCHITECTURE.md §4.5). Tokens of a chunk are routed first; each chosen expert is then fetched once and
 // applied to every token that chose it; each token's weighted sum is accumulated in router order,
 // so a token's numbers do not depend on the other tokens of the chunk.
 //

@@ -12,7 +12,7 @@ export function sigmoid(x: number): number {
 }
 
 /**
- * RMSNorm of T rows of width n (ARCHITECTURE.md §1.1): r = 1/sqrt(mean(x²) + eps),
+ * RMSNorm of T rows of width n (docs/spec/ARCHITECTURE.md §1.1): r = 1/sqrt(mean(x²) + eps),
  * y = w · f32(x · r) (the reference casts before the weight multiply).
  */
 export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, eps: number, out: Float32Array = new Float32Array(T * n), xo = 0, xStride = n): Float32Array {
@@ -99,7 +99,7 @@ export function addInPlace(a: Float32Array, b: Float32Array): Float32Array {
   return a;
 }
 
-/** Gated activation h = act(gate) ⊙ up, per element (§1.2 SwiGLU, §4.6 SiTU). */
+/** Gated activation h = act(gate) ⊙ up, per element (docs/spec/ARCHITECTURE.md §1.2 SwiGLU, §4.6 SiTU). */
 export interface Activation {
   kind: 'silu' | 'situ';
   situBeta: number;

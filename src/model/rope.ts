@@ -1,4 +1,4 @@
-// Rotary embedding with YaRN for architecture A (K2 / DeepSeek-V3), ARCHITECTURE.md §1.6.
+// Rotary embedding with YaRN for architecture A (K2 / DeepSeek-V3), docs/spec/ARCHITECTURE.md §1.6.
 // Interleaved ("GPT-J") pairs (x[2i], x[2i+1]); frequencies and angles in double.
 
 import type { YarnConfig } from '../checkpoint/config.js';
@@ -34,7 +34,7 @@ export function makeRope(d: number, theta: number, yarn: YarnConfig | null): Rop
   return { freqs, amplitude };
 }
 
-/** Softmax scale multiplier for YaRN models: m(s, mscale_all_dim)² (§1.7.4). */
+/** Softmax scale multiplier for YaRN models: m(s, mscale_all_dim)² (docs/spec/ARCHITECTURE.md §1.7.4). */
 export function yarnScaleFactor(yarn: YarnConfig | null): number {
   if (!yarn || !yarn.mscaleAllDim) return 1;
   const m = yarnMscale(yarn.factor, yarn.mscaleAllDim);

@@ -1,4 +1,4 @@
-// MoE router, "noaux_tc" with sigmoid scores (ARCHITECTURE.md §1.5, K3.md §6.5):
+// MoE router, "noaux_tc" with sigmoid scores (docs/spec/ARCHITECTURE.md §1.5, docs/spec/K3.md §6.5):
 // scores s = σ(W x); selection on c = s + bias (groups limit first); weights from the UNBIASED s
 // (unless the Kimi Linear HF quirk is switched on), renormalized, then scaled.
 // Ties break by the lower expert index; the returned order is descending selection score.

@@ -1,4 +1,4 @@
-// Everything a sequence carries between forward calls (design/ENGINE.md "State of a sequence"):
+// Everything a sequence carries between forward calls (docs/DESIGN.md "State of a sequence"):
 // per KDA layer the f32 recurrent state and conv tails, per MLA layer the latent cache, and the
 // token ids so far. AttnRes keeps nothing across positions.
 

@@ -1,5 +1,5 @@
 // config.json for each synthetic architecture, field for field in the official shape:
-// K3 as shared/golden/k3/config.json (K3.md §2: top level + `text_config` with the transformers
+// K3 as shared/golden/k3/config.json (docs/spec/K3.md §2: top level + `text_config` with the transformers
 // bookkeeping defaults + `linear_attn_config` + `quantization_config` + a vision_config stub),
 // Kimi Linear as shared/golden/kimi-linear, K2 as shared/golden/k2-yarn (+ the INT4
 // compressed-tensors block of k2-thinking-int4, or DeepSeek-V3's FP8 block), K2.5 as

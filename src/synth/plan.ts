@@ -1,7 +1,7 @@
 // The tensor inventory of a synthetic checkpoint, in file order, split into shards.
 //
-// Names, shapes and dtypes follow the official layouts (ARCHITECTURE.md §2.3, §3.7, §4.8;
-// K3.md §4): K3 under `language_model.model.` with F32 conv / A_log (padded) / dt_bias / o_norm /
+// Names, shapes and dtypes follow the official layouts (docs/spec/ARCHITECTURE.md §2.3, §3.7, §4.8;
+// docs/spec/K3.md §4): K3 under `language_model.model.` with F32 conv / A_log (padded) / dt_bias / o_norm /
 // router bias and MXFP4 routed experts; Kimi Linear under `model.` with the low-rank output gate
 // and A_log [1,1,H,1]; K2 in the DeepSeek-V3 layout; K2.5 as K2 under `language_model.` with
 // vision-tower / projector stubs, its decoder's values drawn as K2's (same seed, same weights). Every layer is one unit: its non-expert
@@ -275,7 +275,7 @@ export function planCheckpoint(r: ResolvedSynth): CheckpointPlan {
   const bytesOf = (x: Unit) => x.tensors.reduce((s, tt) => s + planBytes(tt), 0);
   let groups: Unit[][];
   if (r.arch === 'k3') {
-    // Layers in the first N-1 shards, embed / lm_head / norms / vision stubs in the last (K3.md §1).
+    // Layers in the first N-1 shards, embed / lm_head / norms / vision stubs in the last (docs/spec/K3.md §1).
     if (r.shards === 1) groups = [[...u.layers, u.tail]];
     else {
       const runs = partition(u.layers.map(bytesOf), r.shards - 1);

@@ -1,4 +1,4 @@
-// Streaming safetensors writer (K3.md §1 framing): the JSON header is computed first from the
+// Streaming safetensors writer (docs/spec/K3.md §1 framing): the JSON header is computed first from the
 // ordered tensor list, then the data is produced and written sequentially in bounded chunks, so a
 // multi-GB shard never sits in memory. The file is written as `<file>.tmp` and renamed when
 // complete; on any error the partial file is removed.

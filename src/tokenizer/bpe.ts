@@ -1,4 +1,4 @@
-// Byte-level BPE by lowest rank (tiktoken's rule, ARCHITECTURE.md §6.3 step 3).
+// Byte-level BPE by lowest rank (tiktoken's rule, docs/spec/ARCHITECTURE.md §6.3 step 3).
 //
 // Own code, not a library: the npm `tiktoken` WebAssembly build does take Kimi's pattern and
 // custom ranks (it produced the goldens), but this project's dependency budget allows only

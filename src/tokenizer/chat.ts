@@ -1,4 +1,4 @@
-// Chat formats (ARCHITECTURE.md §6.5-6.6, K3-CHAT.md):
+// Chat formats (docs/spec/ARCHITECTURE.md §6.5-6.6, docs/spec/K3-CHAT.md):
 // * K2 / Kimi Linear: the "im" envelope. The `chat_template` of tokenizer_config.json is
 //   rendered with @huggingface/jinja (the engine transformers.js uses; the goldens were made
 //   with it), then the whole string is encoded with every special allowed, as the reference
@@ -86,7 +86,7 @@ function contentText(m: ChatMessage): string {
   return '';
 }
 
-/** The K2 "im" envelope of §6.5 in code (used when tokenizer_config.json has no template);
+/** The K2 "im" envelope of docs/spec/ARCHITECTURE.md §6.5 in code (used when tokenizer_config.json has no template);
  *  output identical to the golden template's. */
 export function renderK2Fallback(messages: readonly ChatMessage[], tools: unknown[] | undefined, addGenerationPrompt: boolean): string {
   let s = '';

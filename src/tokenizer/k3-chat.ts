@@ -1,5 +1,5 @@
 // K3's chat protocol (XTML) as Moonshot's release renderer `encoding_k3.py` writes it
-// (../shared/spec/K3-CHAT.md §2-3). The prompt is a list of segments: the four control tokens
+// (docs/spec/K3-CHAT.md §2-3). The prompt is a list of segments: the four control tokens
 // are special segments (one id each), every other segment is encoded on its own with specials
 // off, so BPE never merges across a boundary and user text can never forge a control id.
 // Inputs are JSON values, plain or from pyjson's order- and number-preserving parse.
@@ -296,7 +296,7 @@ function assistant(s: Segments, m: unknown, i: number, thinking: boolean): void 
   s.endMessage();
 }
 
-/** §3.7: each run of tool messages whose every id matches a call of the last assistant is
+/** docs/spec/K3-CHAT.md §3.7: each run of tool messages whose every id matches a call of the last assistant is
  *  stably sorted into call order, its `tool` (and `name`, if present) set to the call's name. */
 function resortToolResults(messages: readonly unknown[]): unknown[] {
   const out: unknown[] = [];
@@ -354,7 +354,7 @@ function responseSchema(req: K3ChatRequest): unknown {
   return has(js, 'schema') ? get(js, 'schema') : has(js, 'json_schema') ? get(js, 'json_schema') : js;
 }
 
-/** The prompt's segments, in order (§3.2). */
+/** The prompt's segments, in order (docs/spec/K3-CHAT.md §3.2). */
 export function k3ChatSegments(req: K3ChatRequest): ChatSegment[] {
   if (!Array.isArray(req.messages)) throw new K3RenderError('bad_content', 'must be a list of messages', 'messages');
   const thinking = req.thinking === undefined || req.thinking === null ? true : truthy(req.thinking);

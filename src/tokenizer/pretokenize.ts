@@ -1,4 +1,4 @@
-// Kimi's pre-tokenization (ARCHITECTURE.md §6.2-6.3): the reference's long-run split, the
+// Kimi's pre-tokenization (docs/spec/ARCHITECTURE.md §6.2-6.3): the reference's long-run split, the
 // special-token cut, and the split regex, written for JavaScript's RegExp.
 //
 // The reference pattern (tokenization_kimi.py, Rust `fancy-regex` syntax) is
@@ -53,7 +53,7 @@ export function splitPieces(text: string): string[] {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §6.3 step 1, the reference quirk (tokenization_kimi.py `encode`): the text is cut into
+// docs/spec/ARCHITECTURE.md §6.3 step 1, the reference quirk (tokenization_kimi.py `encode`): the text is cut into
 // 400,000-character chunks, and every run of more than 25,000 consecutive whitespace or
 // non-whitespace characters (Python `str.isspace`) is cut, before special tokens and the regex
 // see it. It changes ids (long_runs.jsonl), so it is reproduced. Python counts code points.
@@ -107,7 +107,7 @@ function splitRuns(s: string, maxRun: number, out: string[]): void {
   out.push(s.slice(sliceStart));
 }
 
-/** The reference's chunks of `text` (§6.3 step 1); each is encoded independently. */
+/** The reference's chunks of `text` (docs/spec/ARCHITECTURE.md §6.3 step 1); each is encoded independently. */
 export function referenceChunks(text: string, maxChars = MAX_ENCODE_CHARS, maxRun = MAX_RUN_CHARS): string[] {
   const out: string[] = [];
   if (text.length <= maxChars) {

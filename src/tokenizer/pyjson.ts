@@ -1,4 +1,4 @@
-// Python-compatible JSON for the chat renderers (K3-CHAT.md §10): Moonshot renders tool specs,
+// Python-compatible JSON for the chat renderers (docs/spec/K3-CHAT.md §10): Moonshot renders tool specs,
 // schemas and arguments with Python's `json.dumps`, whose float spelling (`1.0`, `1e-07`,
 // `1e+16`), int/float distinction and key order JS's JSON does not keep. Values are plain JS
 // JSON values, plus two wrappers the order- and number-preserving parser makes where plain JS

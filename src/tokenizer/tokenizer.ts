@@ -1,4 +1,4 @@
-// The Kimi tokenizer (ARCHITECTURE.md §6, K3.md §8), built from the two files every Kimi
+// The Kimi tokenizer (docs/spec/ARCHITECTURE.md §6, docs/spec/K3.md §8), built from the two files every Kimi
 // checkpoint ships: `tiktoken.model` (base64 token bytes + rank per line; rank = id = merge
 // priority) and `tokenizer_config.json` (added_tokens_decoder, bos/eos, chat_template).
 // Nothing is hard-coded to the real 163,584-rank vocabulary: special ids are "number of ranks +
@@ -23,7 +23,7 @@ export interface TokenizerOptions {
    *  `num_reserved_special_tokens` if present, else 256, plus 2 for the K2 family (the K2 /
    *  Kimi-Linear class registers 256 + 2; K3's registers 256). */
   registeredSlots?: number;
-  /** Reproduce the reference's 400,000 / 25,000-character cuts (§6.3 step 1). Default true:
+  /** Reproduce the reference's 400,000 / 25,000-character cuts (docs/spec/ARCHITECTURE.md §6.3 step 1). Default true:
    *  it changes ids on long runs, and the reference does it. */
   referenceSplit?: boolean;
   /** A Jinja chat template to use instead of the config's. */
@@ -197,7 +197,7 @@ export class Tokenizer {
     return m;
   }
 
-  /** Text → ids. No BOS/EOS is added (§6.3 step 4). */
+  /** Text → ids. No BOS/EOS is added (docs/spec/ARCHITECTURE.md §6.3 step 4). */
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const out: number[] = [];
     const matcher = this.matcher(opts.allowSpecial);

@@ -42,7 +42,7 @@ function toolSpec(t: unknown, i: number): ToolSpec {
   return { name: f.name, parameters: f.parameters };
 }
 
-/** The schema of a json_schema response format (K3-CHAT.md §3.3: .schema, else .json_schema, else the object itself). */
+/** The schema of a json_schema response format (docs/spec/K3-CHAT.md §3.3: .schema, else .json_schema, else the object itself). */
 function schemaOf(rf: ResponseFormat): unknown {
   if (rf.type === 'json_object') return { type: 'object' };
   if (rf.type !== 'json_schema') return undefined;

@@ -1,4 +1,4 @@
-// The whole K3 reply as one grammar over symbols (K3-CHAT.md §3.5, §3.8): what follows the
+// The whole K3 reply as one grammar over symbols (docs/spec/K3-CHAT.md §3.5, §3.8): what follows the
 // generation prompt, up to and including <|end_of_msg|>. Tool calls are
 //   <|open|>call tool="NAME" index="K"<|sep|> ARG* <|close|>call<|sep|>
 //   ARG = <|open|>argument key="KEY" type="T"<|sep|> VALUE <|close|>argument<|sep|>
@@ -14,7 +14,7 @@ import { CLOSE, END, OPEN, SEP, syms } from './symbols.js';
 import { FreeG, LazyFrame } from './text.js';
 import { UserError } from '../../util/errors.js';
 
-/** Attribute values as the renderer writes them (§3.1): & first, then ". */
+/** Attribute values as the renderer writes them (docs/spec/K3-CHAT.md §3.1): & first, then ". */
 export const escAttr = (v: string): string => v.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
 
 export interface ToolSpec {
