@@ -245,7 +245,7 @@ test('k3 chat with --spec 4: the same greedy replies and state as --spec 0, over
       if (state === sessions[1]!.state && rows === 'all') sweeps++;
       return forward(state, ids, rows, chunk);
     };
-    // a long first message: many distinct ids in the history for the n-gram drafter to find
+    // a long first message: many distinct ids in the history for the drafter to find
     const long = Array.from({ length: 30 }, (_, i) => `w${i * 7} ${String.fromCharCode(65 + (i % 26))}`).join(' ');
     for (const text of [long, 'Hello there']) {
       const a = await sessions[0]!.turn(text); // one forward at a time: a store serves one pass
@@ -255,7 +255,7 @@ test('k3 chat with --spec 4: the same greedy replies and state as --spec 0, over
       assert.ok(stateBytes(sessions[1]!.state).equals(stateBytes(sessions[0]!.state)), `state after ${text}`);
       assert.equal(b.rebuilt, null);
     }
-    assert.ok(sweeps > 0, 'the n-gram drafter found drafts in the conversation');
+    assert.ok(sweeps > 0, 'the drafter found drafts in the conversation');
     await model.close();
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });

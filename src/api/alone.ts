@@ -5,12 +5,12 @@
 // and leaves nothing in the prefix cache.
 
 import type { Model } from '../model/model.js';
-import { NgramDrafter } from '../generate/draft.js';
 import { greedy } from '../generate/greedy.js';
 import { RunRecorder } from '../generate/report.js';
 import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
 import { acceptDraft } from '../generate/spec-sample.js';
+import { SuffixDrafter } from '../generate/suffix-draft.js';
 import type { TextStopper } from '../generate/stop.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { UserError } from '../util/errors.js';
@@ -34,7 +34,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
     const spec = opts.spec ?? 0;
     const r = await (spec > 0 ? speculative : greedy)(model, state, prompt, opts.maxTokens, {
       spec,
-      drafter: new NgramDrafter(),
+      drafter: new SuffixDrafter(),
       chunk,
       recorder,
       signal: opts.signal,

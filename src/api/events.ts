@@ -42,7 +42,7 @@ export interface JobOptions {
   /** Also report the logprob of each token and this many alternatives (0 = just the token's). */
   logprobs?: number;
   signal?: AbortSignal;
-  /** Speculative decoding: draft up to this many tokens per step (n-gram lookup), verified in one forward. Runs alone. */
+  /** Speculative decoding: draft up to this many tokens per step (the longest earlier match in the text: suffix-draft.ts), verified in one forward. Runs alone. */
   spec?: number;
   /** Record the run report (GenerationResult.report). Runs alone, so the read counters are this run's. */
   report?: boolean;

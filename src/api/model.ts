@@ -26,7 +26,7 @@ export interface GenerateOptions extends SamplingOptions {
   /** Report each token's logprob and this many alternatives. */
   logprobs?: number;
   signal?: AbortSignal;
-  /** Speculative decoding: draft up to N tokens per step by n-gram lookup in the text so far, verify
+  /** Speculative decoding: draft up to N tokens per step from the longest earlier match in the text so far, verify
    *  them in one forward (greedy output is the same bytes; sampled keeps its distribution). Runs alone. */
   spec?: number;
   /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs alone. */

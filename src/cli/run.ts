@@ -40,9 +40,10 @@ export const SAMPLING_HELP = `sampling options (applied in llama.cpp's order: pe
                          -1: a random seed, printed on stderr
   --stop STRING          stop when the text contains STRING (repeatable; matched across tokens, not printed)
   --ignore-eos           do not stop at the end-of-message / eos tokens
-  --spec N               speculative decoding: draft up to N tokens by n-gram lookup in the text so
-                         far, verify them in one forward (default 0 = off); greedy output is the same
-                         bytes, sampled output keeps its distribution (same text for a seed)`;
+  --spec N               speculative decoding: draft up to N tokens that followed the longest earlier
+                         match of the text so far (when it is long and agreed on), verify them in one
+                         forward (default 0 = off); greedy output is the same bytes, sampled output
+                         keeps its distribution (same text for a seed)`;
 
 export interface SamplingFlags {
   temperature?: string;

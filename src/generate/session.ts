@@ -18,9 +18,9 @@ import { UserError } from '../util/errors.js';
 import { Sampler, deriveSeed, type SamplingOptions } from './sampling.js';
 import { loadState, saveState, type LoadedState } from './state-file.js';
 import { TextStopper, usableStopIds, type StopReason } from './stop.js';
-import { NgramDrafter } from './draft.js';
 import { DraftGate, sweep, type Choose } from './spec.js';
 import { acceptDraft } from './spec-sample.js';
+import { SuffixDrafter } from './suffix-draft.js';
 
 export interface SessionOptions {
   /** Chat format: default K3 for K3 models, else K2 (Kimi Linear shares K2's). */
@@ -37,7 +37,7 @@ export interface SessionOptions {
   chunk?: number;
   /** K3: reason in the think channel first (default true, effort max, as K3's release template). */
   thinking?: boolean;
-  /** Speculative decoding: most tokens drafted per step by n-gram lookup in the conversation (default 0 = off). */
+  /** Speculative decoding: most tokens drafted per step from the longest earlier match in the conversation (suffix-draft.ts) (default 0 = off). */
   spec?: number;
 }
 
@@ -73,6 +73,8 @@ export class ChatSession {
   private open = false;
   /** A note for /stats about how the state came to be (load, reset). */
   private note: string | null = null;
+  // (spec) indexes the whole conversation once: a turn adds only its new ids; an edit rebuilds
+  private readonly drafter = new SuffixDrafter();
   lastTurn: TurnResult | null = null;
   turns = 0;
   readonly format: TokenizerFamily;
@@ -192,11 +194,10 @@ export class ChatSession {
     const choose: Choose = (l, draft) => (draft === undefined ? { id: this.sampler.sample(l, this.history, V), accepted: false } : acceptDraft(this.sampler, l, draft, this.history, V));
     const spec = this.opts.spec ?? 0;
     const gate = new DraftGate();
-    const drafter = new NgramDrafter();
     let stopped = emit(choose(logits, undefined).id);
     while (!stopped) {
       const room = gate.allow(Math.min(spec, this.maxTokens - emitted - 1));
-      const drafts = room > 0 ? drafter.draft(this.history, room) : [];
+      const drafts = room > 0 ? this.drafter.draft(this.history, room) : [];
       const r = await sweep(model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit);
       gate.result(r.drafted, r.accepted);
       decodeTokens += r.emitted;
