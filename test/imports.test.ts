@@ -79,6 +79,15 @@ test('src/ has no orphan files: each is an entry point or imported by another', 
   assert.deepEqual(orphans, [], 'files nothing imports');
 });
 
+test('the faces go through the library: src/cli imports only server, api, util and itself; src/server only api, util and itself', () => {
+  const MAY: Record<string, string[]> = { cli: ['cli', 'server', 'api', 'util'], server: ['server', 'api', 'util'] };
+  const wrong = [...importGraph()].flatMap(([f, deps]) => {
+    const may = MAY[f.split(path.sep)[0]!];
+    return may ? deps.filter((d) => !may.includes(d.split(path.sep)[0]!)).map((d) => `${f} -> ${d}`) : [];
+  });
+  assert.deepEqual(wrong, [], 'a face imports below the library: name what it needs in src/api');
+});
+
 test('the import scan sees type-only, dynamic and re-export imports; the cycle search finds a loop', () => {
   const info = ts.preProcessFile("import type { A } from './a.js';\nconst m = await import('./b.js');\nexport * from './c.js';\n", true, true);
   assert.deepEqual(info.importedFiles.map((f) => f.fileName), ['./a.js', './b.js', './c.js']);

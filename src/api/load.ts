@@ -5,8 +5,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { Model } from '../model/model.js';
-import type { IoMode } from '../store/direct-reader.js';
-import type { ByteReader } from '../store/store.js';
+import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
+import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
+import { FsReader, type ByteReader } from '../store/store.js';
 import { checkTokenizerFits, loadTokenizer, type Tokenizer } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 
@@ -60,9 +61,12 @@ export interface Opener {
   tok?: Tokenizer | null;
   /** The caller runs one sequence at a time (`k3 run`, `k3 chat`, `k3 logits`): the plan counts no batch of `parallel` sequences. */
   oneSequence?: boolean;
-  /** Sees the model once it is open, before preloading (a fault-injecting reader learns the layout). */
-  onOpen?: (model: Model) => void;
+  /** The tests' read faults (store/fault.ts): a count of good reads before every read fails, or a
+   *  fault spec (`eio:trunk:400`); transient ones (EINTR / EAGAIN) are retried, as a disk's would be. */
+  faults?: number | string;
 }
+
+export { IO_MODES, type IoMode };
 
 export const LIBRARY: Opener = { who: 'loadModel', name: (o) => o };
 
@@ -104,12 +108,13 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
     tok = fs.existsSync(`${tokDir}/tiktoken.model`) ? await loadTokenizer(tokDir) : null;
     if (!tok && o.tokenizer !== undefined) fail(`no tiktoken.model in ${tokDir}`);
   }
+  const faulty = by.faults === undefined ? undefined : new FaultyReader(makeReader(o.io ?? 'auto', () => new FsReader()), typeof by.faults === 'number' ? by.faults : parseFaultSpec(by.faults));
   const opts = {
     overrides: { mlaLatentNormEps: eps, kimiLinearBiasedWeights: o.kimiLinearBiasedWeights ?? false },
     chunk,
     ctx,
     parallel: by.oneSequence ? 0 : positiveInt('parallel', 4), // their states count in the plan
-    reader: o.reader,
+    reader: faulty ? new RetryingReader(faulty) : o.reader,
     io: o.io,
     lookahead: o.lookahead ?? true,
     verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
@@ -119,7 +124,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
   model.checkFinite = !o.allowNonfinite;
   try {
     if (tok) checkTokenizerFits(by.who, tok, tokDir, model.config.vocabSize);
-    by.onOpen?.(model);
+    faulty?.classifyBy(model.store.layout, model.config); // it learns what each read is of
     if (o.preload ?? true) await model.store.preload(o.onProgress);
   } catch (e) {
     await model.close();

@@ -4,12 +4,8 @@ import * as path from 'node:path';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, ioMode, speedNotes } from './common.js';
-import { secondsPerMatmul, syntheticWeight } from './estimate.js';
-import { Model } from '../model/model.js';
-import { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/dispatch.js';
-import { census } from '../checkpoint/census.js';
-import type { WeightFormat } from '../formats/weight.js';
-import { q7Bytes, q7View, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
+import { q7MatmulRate, secondsPerMatmul, syntheticWeight } from '../api/estimate.js';
+import { KernelProfile, Model, PROFILE_BUCKETS, census, type ProfileBucket, type WeightFormat } from '../api/diagnostics.js';
 import { UserError } from '../util/errors.js';
 import { thpMode } from '../util/hugepages.js';
 import { machineInfo, machineLine } from '../util/machine.js';
@@ -272,7 +268,7 @@ ${MODEL_HELP}`,
             k.fastMxfp4 = false;
             kernelRows.push({ kind: q8 ? 'mxfp4 (q8 activations, --fast-experts)' : fmt, shape: [rws, cls], threads, gmac_per_s: (rws * cls) / s / 1e9, gb_per_s: (bytes + (w.scale?.byteLength ?? 0)) / s / 1e9 });
           }
-          if (fastAll) kernelRows.push({ ...timeQ7(k, D, D), threads });
+          if (fastAll) kernelRows.push({ ...q7MatmulRate(k, D, D), threads });
           k.release(mark);
         }
       } finally {
@@ -319,16 +315,6 @@ ${MODEL_HELP}`,
     return 0;
   },
 };
-
-/** GMAC/s and GB/s of --fast's trunk product (bf16 requantized to q7, 8-bit activations), T = 1. */
-function timeQ7(k: Kernels, rows: number, cols: number): { kind: string; shape: [number, number]; gmac_per_s: number; gb_per_s: number } {
-  const buf = k.alloc(rows * cols * 2, 4096).u8;
-  syntheticWeight('bench', 'bf16', rows, cols, buf);
-  requantizeQ7InPlace(buf, rows, cols);
-  const w = q7View('bench', buf, rows, cols);
-  const s = secondsPerMatmul(k, w, 300);
-  return { kind: 'q7 x q8 (bf16 trunk requantized, --fast)', shape: [rows, cols], gmac_per_s: (rows * cols) / s / 1e9, gb_per_s: q7Bytes(rows, cols) / s / 1e9 };
-}
 
 /**
  * Cost of an approximate path: mean over positions of KL(p_base || p_fast) of the next-token

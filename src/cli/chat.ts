@@ -12,7 +12,7 @@ import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
 import type { KimiChatSession, TurnOptions } from '../api/session.js';
-import { Sampler } from '../generate/sampling.js';
+import { Sampler } from '../api/decoding.js';
 import { UserError } from '../util/errors.js';
 
 const COMMANDS_HELP = `commands:

@@ -1,18 +1,14 @@
 // Flags every model-running command shares, and opening the model they name.
 
 import * as os from 'node:os';
-import { checkModelDir, openModelDir, type LoadOptions, type Opener } from '../api/load.js';
+import { IO_MODES, checkModelDir, openModelDir, type IoMode, type LoadOptions, type Opener } from '../api/load.js';
 import { loadModelAs, type KimiModel } from '../api/model.js';
-import type { Model } from '../model/model.js';
-import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
-import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
-import { FsReader, type ByteReader } from '../store/store.js';
-import type { Tokenizer } from '../tokenizer/index.js';
+import { maddHint, type Model } from '../api/diagnostics.js';
+import type { Tokenizer } from '../api/tokens.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
 import { thpHint } from '../util/hugepages.js';
-import { maddHint } from '../kernels/dispatch.js';
 import { parseIntFlag } from './args.js';
 
 export const MODEL_OPTIONS = {
@@ -85,13 +81,13 @@ export interface ModelFlags {
   'allow-nonfinite'?: boolean;
 }
 
-/** The --io flag, checked (default auto). */
 /** What on this machine slows the kernels without changing a number (4 KiB pages for the weights,
  *  an emulated multiply-add): the lines k3 bench and k3 plan print under their figures. */
 export function speedNotes(): string[] {
   return [thpHint(), maddHint()].filter((n): n is string => n !== null);
 }
 
+/** The --io flag, checked (default auto). */
 export function ioMode(cmd: string, flag: string | undefined): IoMode {
   const io = flag ?? 'auto';
   if (!(IO_MODES as readonly string[]).includes(io)) throw new UserError(`${cmd}: --io must be direct, buffered or auto`);
@@ -136,17 +132,15 @@ export function loadOptionsFromFlags(cmd: string, flags: ModelFlags): LoadOption
 function cliOpener(cmd: string, dir: string, opts: LoadOptions, tok?: Tokenizer | null, oneSequence = false): { opts: LoadOptions; by: Opener; end: () => void } {
   const fault = process.env.K3_FAULT_AFTER_READS;
   const spec = process.env.K3_FAULT;
-  const base = (): ByteReader => makeReader(opts.io ?? 'auto', () => new FsReader());
-  const faulty = fault !== undefined && /^\d+$/.test(fault) ? new FaultyReader(base(), Number(fault)) : spec ? new FaultyReader(base(), parseFaultSpec(spec)) : undefined;
   const line = progressLine((done, total, s) => `${cmd}: loading ${dir}: ${formatBytes(done)} / ${formatBytes(total)} (${Math.floor((100 * done) / Math.max(total, 1))}%), ${s.toFixed(1)} s`, { intervalMs: 250 });
   const by: Opener = {
     who: cmd,
     name: (o) => `--${FLAG_OF[o] ?? o}`,
     tok,
     oneSequence,
-    onOpen: (model) => faulty?.classifyBy(model.store.layout, model.config),
+    faults: fault !== undefined && /^\d+$/.test(fault) ? Number(fault) : spec || undefined,
   };
-  return { opts: { ...opts, reader: faulty ? new RetryingReader(faulty) : opts.reader, onProgress: line.update }, by, end: () => line.end() };
+  return { opts: { ...opts, onProgress: line.update }, by, end: () => line.end() };
 }
 
 /** The library's model for a command (k3 run, chat, serve), opened as `cliOpener` says; without

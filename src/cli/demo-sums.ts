@@ -8,11 +8,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Model } from '../model/model.js';
-import { greedy } from '../generate/greedy.js';
-import { speculative } from '../generate/spec.js';
-import { NgramDrafter } from '../generate/draft.js';
-import type { RunRecorder } from '../generate/report.js';
+import type { Model } from '../api/diagnostics.js';
+import { greedy, NgramDrafter, speculative, type RunRecorder } from '../api/decoding.js';
 import { UserError } from '../util/errors.js';
 import type { ChatMessage, KimiModel, ToolSpec } from '../api/index.js';
 

@@ -3,7 +3,7 @@
 import type { Command } from './command.js';
 import { parse, parseIds } from './args.js';
 import { UserError } from '../util/errors.js';
-import { loadTokenizer } from '../tokenizer/index.js';
+import { loadTokenizer } from '../api/tokens.js';
 
 export const command: Command = {
   summary: 'token ids back to text (exact bytes)',

@@ -1,12 +1,8 @@
 import type { Command } from './command.js';
 import { parse } from './args.js';
-import { census, layerMap } from '../checkpoint/census.js';
-import { stateSize } from '../model/state.js';
+import { buildLayout, census, checkTensorsMatchConfig, configAndIndex, layerMap, stateSize } from '../api/diagnostics.js';
 import { UserError } from '../util/errors.js';
 import * as fs from 'node:fs';
-import { configAndIndex } from '../checkpoint/virtual.js';
-import { checkTensorsMatchConfig } from '../checkpoint/expect.js';
-import { buildLayout } from '../store/layout.js';
 import { formatBytes } from '../util/format.js';
 
 export const command: Command = {

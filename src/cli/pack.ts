@@ -3,8 +3,7 @@
 
 import type { Command } from './command.js';
 import { parse } from './args.js';
-import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, verifyPack, type ExpertsMode } from '../store/pack.js';
-import { parseSize } from '../store/plan.js';
+import { DEFAULT_FILE_SIZE, DEFAULT_MAX_RECORD, packCheckpoint, parseSize, verifyPack, type ExpertsMode } from '../api/checkpoint-tools.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 import { progressBar } from '../util/progress.js';

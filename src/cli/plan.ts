@@ -1,16 +1,11 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type { Command } from './command.js';
-import { estimateSpeed } from './estimate.js';
+import { estimateSpeed } from '../api/estimate.js';
 import { thpMode } from '../util/hugepages.js';
 import { ioMode, speedNotes } from './common.js';
 import { parse, parseIntFlag } from './args.js';
-import { buildLayout } from '../store/layout.js';
-import { WORKER_BYTES, makePlan, maxBudget, planItems, resolveBudget } from '../store/plan.js';
-import { directSupported } from '../store/direct-reader.js';
-import { knownRanges } from '../store/checksums.js';
-import { assumedExperts, configAndIndex } from '../checkpoint/virtual.js';
-import { stateSize } from '../model/state.js';
+import { assumedExperts, buildLayout, configAndIndex, directSupported, knownRanges, makePlan, maxBudget, planItems, resolveBudget, stateSize, WORKER_BYTES } from '../api/diagnostics.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 

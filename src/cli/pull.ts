@@ -7,7 +7,7 @@ import { parse, parseIntFlag } from './args.js';
 import { parseRepoSpec } from '../api/hub/env.js';
 import { pull, type PullProgress } from '../api/hub/pull.js';
 import { RECORD_NAME, WORK_DIR } from '../api/hub/record.js';
-import { packCheckpoint } from '../store/pack.js';
+import { packCheckpoint } from '../api/checkpoint-tools.js';
 import { Interrupted, UserError } from '../util/errors.js';
 import { formatBytes, formatEta } from '../util/format.js';
 import { progressBar, progressLine } from '../util/progress.js';

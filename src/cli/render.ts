@@ -6,18 +6,7 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from './command.js';
 import { parse } from './args.js';
 import { UserError } from '../util/errors.js';
-import {
-  K3RenderError,
-  PyJsonError,
-  encodeK3Segments,
-  k3ChatSegments,
-  k3PromptTokenCount,
-  k3RequestFromBody,
-  loadTokenizer,
-  pyLoads,
-  type ChatSegment,
-  type Tokenizer,
-} from '../tokenizer/index.js';
+import { encodeK3Segments, k3ChatSegments, k3PromptTokenCount, K3RenderError, k3RequestFromBody, loadTokenizer, PyJsonError, pyLoads, type ChatSegment, type Tokenizer } from '../api/tokens.js';
 
 export const command: Command = {
   summary: 'a K3 chat request to its prompt (segments and ids)',

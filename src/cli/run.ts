@@ -4,10 +4,9 @@ import type { Command } from './command.js';
 import { parse, parseIds, parseIntFlag, readTextFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { stopOnSignals } from './signals.js';
-import { loadConfig } from '../checkpoint/config.js';
-import { formatSummary, overBudgetWarning } from '../generate/report.js';
-import { Sampler, type SamplingOptions } from '../generate/sampling.js';
-import { checkTokenizerFits, loadTokenizer, renderChat, type ChatMessage, type Tokenizer } from '../tokenizer/index.js';
+import { loadConfig } from '../api/diagnostics.js';
+import { formatSummary, overBudgetWarning, Sampler, type SamplingOptions } from '../api/decoding.js';
+import { checkTokenizerFits, loadTokenizer, renderChat, type ChatMessage, type Tokenizer } from '../api/tokens.js';
 import { UserError } from '../util/errors.js';
 
 /** Sampling flags shared by `k3 run` and `k3 chat`. */

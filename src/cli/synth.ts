@@ -4,8 +4,7 @@ import { UserError } from '../util/errors.js';
 import { MiB, formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
 import { stopOnSignals } from './signals.js';
-import { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
-import { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
+import { ARCHS, EXPERTS_FORMATS, PRESETS, synthCheckpoint, type ExpertsFormat, type SynthArch, type SynthOptions, type SynthPreset } from '../api/checkpoint-tools.js';
 
 const HELP = `usage: k3 synth --arch k3|kimi_linear|k2|k25 --out DIR [options]
 

@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from './command.js';
 import { parse } from './args.js';
 import { UserError } from '../util/errors.js';
-import { loadTokenizer } from '../tokenizer/index.js';
+import { loadTokenizer } from '../api/tokens.js';
 
 export const command: Command = {
   summary: 'text to token ids with a model\'s tokenizer',

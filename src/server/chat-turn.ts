@@ -4,7 +4,7 @@
 
 import { declaredTools, type ChatDelta, type ChatOptions, type ChatResult, type GenerationResult, type K3ToolCall, type RenderedPrompt, type TokenEvent } from '../api/index.js';
 import { UserError } from '../util/errors.js';
-import { k3RequestFromBody, pyLoads } from '../tokenizer/index.js';
+import { k3RequestFromBody, pyLoads } from '../api/tokens.js';
 import { chatRequest } from './chat-request.js';
 import { refuseTextPastContext } from './context-limit.js';
 import { badField } from './errors.js';

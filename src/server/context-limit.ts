@@ -3,7 +3,7 @@
 // bytes is at least B / longest tokens. Tokenizing a 4 MiB body takes seconds on the event
 // loop (/health would wait); this bound answers such a request at once.
 
-import type { Tokenizer } from '../tokenizer/index.js';
+import type { Tokenizer } from '../api/tokens.js';
 import { badField } from './errors.js';
 import type { Served } from './served.js';
 

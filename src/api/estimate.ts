@@ -11,6 +11,7 @@ import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { KernelGroup } from '../kernels/dispatch.js';
+import { q7Bytes, q7View, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import type { Layout } from '../store/layout.js';
 import type { Plan } from '../store/plan.js';
 import { MiB } from '../util/format.js';
@@ -156,4 +157,14 @@ export async function estimateSpeed(cfg: ModelConfig, layout: Layout, plan: Plan
     expert_kernel_bytes_per_second: k.experts,
     threads,
   };
+}
+
+/** GMAC/s and GB/s of --fast's trunk product (bf16 requantized to q7, 8-bit activations), T = 1. */
+export function q7MatmulRate(k: Kernels, rows: number, cols: number): { kind: string; shape: [number, number]; gmac_per_s: number; gb_per_s: number } {
+  const buf = k.alloc(rows * cols * 2, 4096).u8;
+  syntheticWeight('bench', 'bf16', rows, cols, buf);
+  requantizeQ7InPlace(buf, rows, cols);
+  const w = q7View('bench', buf, rows, cols);
+  const s = secondsPerMatmul(k, w, 300);
+  return { kind: 'q7 x q8 (bf16 trunk requantized, --fast)', shape: [rows, cols], gmac_per_s: (rows * cols) / s / 1e9, gb_per_s: q7Bytes(rows, cols) / s / 1e9 };
 }
