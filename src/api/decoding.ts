@@ -2,7 +2,7 @@
 // and greedy and speculative decoding of `k3 demo`'s sums check. Named here so the CLI imports
 // the library only (see eslint.config.js).
 
-export { NgramDrafter } from '../generate/draft.js';
+export { SuffixDrafter } from '../generate/suffix-draft.js';
 export { greedy } from '../generate/greedy.js';
 export { formatSummary, overBudgetWarning, type RunRecorder } from '../generate/report.js';
 export { Sampler, type SamplingOptions } from '../generate/sampling.js';

@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Model } from '../api/diagnostics.js';
-import { greedy, NgramDrafter, speculative, type RunRecorder } from '../api/decoding.js';
+import { greedy, SuffixDrafter, speculative, type RunRecorder } from '../api/decoding.js';
 import { UserError } from '../util/errors.js';
 import type { ChatMessage, KimiModel, ToolSpec } from '../api/index.js';
 
@@ -47,7 +47,7 @@ export async function answerSum(model: Model, a: number, b: number, opts: { spec
   const isDigit = (id: number): boolean => id >= 48 && id <= 57;
   const onToken = (id: number): boolean => !isDigit(id);
   const ids = sumIds(a, b);
-  const r = opts.spec ? await speculative(model, model.newState(), ids, 4, { spec: opts.spec, drafter: new NgramDrafter(), onToken, recorder: opts.recorder }) : await greedy(model, model.newState(), ids, 4, { onToken, recorder: opts.recorder });
+  const r = opts.spec ? await speculative(model, model.newState(), ids, 4, { spec: opts.spec, drafter: new SuffixDrafter(), onToken, recorder: opts.recorder }) : await greedy(model, model.newState(), ids, 4, { onToken, recorder: opts.recorder });
   let text = '';
   for (const id of r.generated) {
     if (!isDigit(id)) break;
