@@ -88,7 +88,8 @@ export function updateAssistant(el, m, { streaming = false, context = null } = {
   el.think.lastChild.textContent = reasoning;
   const thought = m.stats?.thinkMs ? `Thought for ${(m.stats.thinkMs / 1000).toFixed(1)} s` : 'Thought';
   el.think.firstChild.textContent = streaming && !m.content && !m.tool_calls?.length ? 'Thinking…' : thought;
-  if (streaming && !el.think.dataset.touched) el.think.open = !m.content && !m.tool_calls?.length;
+  // folded once the answer or a call starts, and at the end (a call can come whole in the last piece)
+  if (!el.think.dataset.touched) el.think.open = streaming && !m.content && !m.tool_calls?.length;
   markdown(el.body, m.content || '');
   el.body.hidden = !m.content && !streaming;
   el.calls.replaceChildren(...(m.tool_calls ?? []).map(toolCall));
