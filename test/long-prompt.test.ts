@@ -102,19 +102,29 @@ test('a request aborted by its client during its prefill ends there; the next on
   assert.deepEqual(a.ids, b.ids);
 });
 
-test('SIGTERM during a 20,000-token prefill ends `k3 run` within 5 s (exit 130, the report)', { timeout: 60_000 }, async () => {
+/** `k3 run` on a 20,000-token prompt, sent SIGTERM `delay` ms after it starts: exit code, seconds
+ *  from the signal to the exit, stderr. */
+async function termRun(delay: number): Promise<{ code: number | null; s: number; err: string }> {
   const prompt = Array.from({ length: 20_000 }, (_, i) => 1 + ((i * 13) % 97));
   const p = spawn(process.execPath, [CLI, 'run', DEMO, '--ids', prompt.join(','), '-n', '1', '--ctx', '20100', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   p.stderr.on('data', (d: Buffer) => (err += d.toString()));
   const exited = new Promise<number | null>((resolve) => p.once('exit', (code) => resolve(code)));
-  await new Promise((r) => setTimeout(r, 2500)); // loaded (a fraction of that) and prefilling
+  await new Promise((r) => setTimeout(r, delay));
   const t0 = performance.now();
   p.kill('SIGTERM');
   const timer = setTimeout(() => p.kill('SIGKILL'), 20_000);
   const code = await exited;
   clearTimeout(timer);
-  const s = (performance.now() - t0) / 1000;
+  return { code, s: (performance.now() - t0) / 1000, err };
+}
+
+test('SIGTERM during a 20,000-token prefill ends `k3 run` within 5 s (exit 130, the report)', { timeout: 120_000 }, async () => {
+  // a signal that lands while the model still loads (a loaded machine) stops the load instead:
+  // that is not this case, so wait longer and send it again
+  let r = await termRun(2500);
+  for (const delay of [6000, 12_000]) if (/nothing written/.test(r.err)) r = await termRun(delay);
+  const { code, s, err } = r;
   assert.equal(code, 130, err);
   assert.ok(s < 5, `stopped after ${s.toFixed(1)} s`);
   assert.match(err, /\[interrupted\]/);
