@@ -75,6 +75,9 @@ const SEEDED = [
   },
 ];
 
+/** The server's replies reach the page whole, in one read, as a slow page can get them. */
+const whole = (route: Any) => route.fetch().then(async (r: Any) => route.fulfill({ response: r, body: await r.text() }));
+
 test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit, chats, stop', { skip, timeout: 120_000 }, async () => {
   const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
   const errors: string[] = [];
@@ -90,8 +93,8 @@ test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit
     const w = window as unknown as { updates: number; thinkOpened: boolean };
     w.updates = 0;
     new MutationObserver(() => w.updates++).observe(document.getElementById('log')!, { subtree: true, childList: true, characterData: true });
-    // the thinking shows while it streams, before it folds
-    new MutationObserver((ms) => ms.forEach((m) => (w.thinkOpened ||= (m.target as HTMLDetailsElement).open))).observe(document.getElementById('log')!, { subtree: true, attributeFilter: ['open'] });
+    // the thinking shows while it streams, before it folds (the old value: open even if folded since)
+    new MutationObserver((ms) => ms.forEach((m) => (w.thinkOpened ||= m.oldValue !== null || (m.target as HTMLDetailsElement).open))).observe(document.getElementById('log')!, { subtree: true, attributeFilter: ['open'], attributeOldValue: true });
   });
   await send(page, 'What is 12+30?');
   await idle(page, 2);
@@ -142,7 +145,10 @@ test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit
   assert.equal(await page.$$eval('pre', (els: unknown[]) => els.length), 0, 'the stored reply is gone');
   assert.ok((await texts(page, '.msg.assistant .body'))[2]!.trim().length > 0, 'a new reply');
 
-  // Edit the first question: what came after it goes, and the model answers the new one
+  // Edit the first question: what came after it goes, and the model answers the new one. Its
+  // replies reach the page whole: the tool call comes in the last piece read, and the thinking
+  // still folds (CI once saw it stay open)
+  await page.route('**/v1/chat/completions', whole);
   await page.locator('.msg.user').first().hover();
   await page.locator('.msg.user').first().locator('[data-act=edit]').click();
   await page.fill('.edit-box', 'What is 23+45?');
@@ -150,6 +156,8 @@ test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit
   await idle(page, 2);
   assert.deepEqual(await texts(page, '.tool-result code'), ['add → 68']);
   assert.equal((await texts(page, '.msg.assistant .body'))[1]!.trim(), '68');
+  assert.deepEqual(await page.$$eval('details.think', (els: HTMLDetailsElement[]) => els.map((d) => [d.hidden, d.open])), [[false, false], [false, false]], 'thinking shown, collapsed');
+  await page.unroute('**/v1/chat/completions');
 
   // a second chat, then delete the first; a reload keeps just the second
   await page.click('#new-chat');
