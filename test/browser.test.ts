@@ -193,6 +193,15 @@ test('the chat page: a streamed agent turn, markdown, a reload, regenerate, edit
   assert.deepEqual(await texts(page, '.chat-item .chat-open'), ['Hello there']);
   assert.deepEqual(await texts(page, '.msg.user .bubble'), ['Hello there']);
 
+  // a phone's width: the settings fit in their dialog
+  await page.setViewportSize({ width: 400, height: 760 });
+  await page.click('#open-settings');
+  const overflow = await page.$eval('#settings', (d: HTMLElement) => [...d.querySelectorAll('input, textarea')].filter((e) => e.getBoundingClientRect().right > d.getBoundingClientRect().right).map((e) => e.id));
+  assert.deepEqual(overflow, [], 'settings fit a narrow screen');
+  await page.screenshot({ path: join(SHOTS, 'chat-page-narrow-settings.png') });
+  await page.click('#settings button[value=close]');
+  await page.setViewportSize({ width: 1100, height: 800 });
+
   // Stop, on a model that would go on to the end of its context
   await page.goto(`${random!.url}/`);
   await page.click('#new-chat');
