@@ -268,6 +268,20 @@ test('pull: one clear line for no token, a missing revision, too little space, a
   assert.equal(cli.stderr, 'k3: pull: "not-a-repo" is not a model repository (owner/name[@revision])\n');
 });
 
+test('k3 pull REPO@COMMIT --include --exclude: the vision shards asked for come, the excluded file does not', async () => {
+  hub.reset();
+  const dir = path.join(TMP, 'p9');
+  const r = await k3(['pull', `${REPO}@${COMMIT}`, dir, '--include', 'model-vision-*', '--exclude', 'README.md', '--json'], ENV);
+  assert.equal(r.code, 0, r.stderr);
+  const s = JSON.parse(r.stdout);
+  assert.deepEqual([s.revision, s.commit, s.files], [COMMIT, COMMIT, 8]);
+  assert.deepEqual(s.skipped.map((x: { path: string }) => x.path).sort(), ['.gitattributes', 'README.md', 'figures/arch.png']);
+  for (const f of VISION) assert.ok(fs.readFileSync(path.join(dir, f)).equals(files.get(f)!), f);
+  assert.equal(fs.existsSync(path.join(dir, 'README.md')), false);
+  const rec = JSON.parse(fs.readFileSync(path.join(dir, '.k3-pull.json'), 'utf8'));
+  assert.deepEqual([rec.revision, rec.commit, rec.include, rec.exclude], [COMMIT, COMMIT, ['model-vision-*'], ['README.md']]);
+});
+
 test('selection: --include beats --exclude beats the default; globs as fnmatch; repo specs and environment', () => {
   const f = (p: string) => ({ path: p, size: 1, oid: 'x' });
   const listing = ['a.safetensors', 'v.safetensors', 'stray.safetensors', 'x.png', 'config.json', 'README.md', 'pytorch_model.bin'].map(f);

@@ -81,15 +81,19 @@ export function messageView(m, i, opts) {
   return el;
 }
 
-/** Show `m`'s current state; while streaming, the thinking stays open until the answer starts. */
+/** 0: nothing yet, 1: thinking, 2: the answer or a tool call has started. */
+export const phaseOf = (m) => (m.content || m.tool_calls?.length ? 2 : m.reasoning_content ? 1 : 0);
+
+/** Show `m`'s current state; while streaming, the thinking is open from its start until the answer starts. */
 export function updateAssistant(el, m, { streaming = false, context = null } = {}) {
   const reasoning = m.reasoning_content ?? '';
   el.think.hidden = !reasoning;
   el.think.lastChild.textContent = reasoning;
   const thought = m.stats?.thinkMs ? `Thought for ${(m.stats.thinkMs / 1000).toFixed(1)} s` : 'Thought';
-  el.think.firstChild.textContent = streaming && !m.content && !m.tool_calls?.length ? 'Thinking…' : thought;
+  const thinking = streaming && phaseOf(m) === 1;
+  el.think.firstChild.textContent = thinking ? 'Thinking…' : thought;
   // folded once the answer or a call starts, and at the end (a call can come whole in the last piece)
-  if (!el.think.dataset.touched) el.think.open = streaming && !m.content && !m.tool_calls?.length;
+  if (!el.think.dataset.touched) el.think.open = thinking;
   markdown(el.body, m.content || '');
   el.body.hidden = !m.content && !streaming;
   el.calls.replaceChildren(...(m.tool_calls ?? []).map(toolCall));

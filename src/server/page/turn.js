@@ -4,7 +4,7 @@
 // calls, as K3 expects.
 
 import { streamChat } from './api.js';
-import { messageView, updateAssistant } from './render.js';
+import { messageView, phaseOf, updateAssistant } from './render.js';
 import { current, state } from './state.js';
 import { TOOLS, runTool } from './tools.js';
 import { $, nearBottom, persist, renderLog, scrollDown, setBusy, showContext, showError } from './view.js';
@@ -52,7 +52,7 @@ export async function reply(round = 0) {
   scrollDown(true);
   setBusy(new AbortController());
   const t0 = performance.now();
-  let tFirst = 0, tAnswer = 0, pieces = 0, frame = 0, result = {}, stopped = false, failed = null;
+  let tFirst = 0, tAnswer = 0, pieces = 0, frame = 0, phase = 0, result = {}, stopped = false, failed = null;
   const redraw = () => {
     frame = 0;
     const follow = nearBottom();
@@ -70,7 +70,13 @@ export async function reply(round = 0) {
       if (!tAnswer && (d.content || d.tool_calls)) tAnswer = performance.now();
       const s = (performance.now() - tFirst) / 1000;
       stats.textContent = `${pieces} tokens` + (s > 0 && pieces > 1 ? ` · ${((pieces - 1) / s).toFixed(1)} tokens/s` : '');
-      if (!frame) frame = requestAnimationFrame(redraw);
+      // pieces are drawn once a frame, but the start of the thinking and of the answer at once:
+      // the thinking shows open even when a slow page reads it with the answer in one chunk
+      if (phaseOf(m) !== phase) {
+        phase = phaseOf(m);
+        cancelAnimationFrame(frame);
+        redraw();
+      } else if (!frame) frame = requestAnimationFrame(redraw);
     });
   } catch (e) {
     if (e.name === 'AbortError') stopped = true;
