@@ -132,21 +132,23 @@ test('SIGTERM during a 20,000-token prefill ends `k3 run` within 5 s (exit 130, 
   assert.ok(fed > 0 && fed < 20_000, `stopped within the prompt (${fed} tokens in): ${err}`);
 });
 
-test('SIGTERM during a 20,000-token prefill stops `k3 serve` in order within 5 s', { timeout: 60_000 }, async () => {
-  const serve = await startServe(DEMO, ['--ctx', '20100']);
-  try {
-    const prompt = Array.from({ length: 20_000 }, (_, i) => 1 + ((i * 13) % 97));
-    const pending = post(`${serve.url}/v1/completions`, { prompt, max_tokens: 1 }).catch(() => null); // cut off by the stop
-    await new Promise((r) => setTimeout(r, 1500)); // prefilling
-    const h = await fetch(`${serve.url}/health`, { signal: AbortSignal.timeout(5_000) });
-    assert.equal(h.status, 200);
-    const t0 = performance.now();
-    assert.equal(await serve.stop(), 0, serve.stderr());
-    const s = (performance.now() - t0) / 1000;
-    assert.ok(s < 5, `stopped after ${s.toFixed(1)} s`);
-    assert.doesNotMatch(serve.stderr(), /without waiting/);
-    await pending;
-  } finally {
-    if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
-  }
-});
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  test(`${signal} during a 20,000-token prefill stops \`k3 serve\` in order within 5 s`, { timeout: 60_000 }, async () => {
+    const serve = await startServe(DEMO, ['--ctx', '20100']);
+    try {
+      const prompt = Array.from({ length: 20_000 }, (_, i) => 1 + ((i * 13) % 97));
+      const pending = post(`${serve.url}/v1/completions`, { prompt, max_tokens: 1 }).catch(() => null); // cut off by the stop
+      await new Promise((r) => setTimeout(r, 1500)); // prefilling
+      const h = await fetch(`${serve.url}/health`, { signal: AbortSignal.timeout(5_000) });
+      assert.equal(h.status, 200);
+      const t0 = performance.now();
+      assert.equal(await serve.stop(signal), 0, serve.stderr());
+      const s = (performance.now() - t0) / 1000;
+      assert.ok(s < 5, `stopped after ${s.toFixed(1)} s`);
+      assert.doesNotMatch(serve.stderr(), /without waiting/);
+      await pending;
+    } finally {
+      if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
+    }
+  });
+}
