@@ -1,11 +1,11 @@
 // Long prompts under the server's and the CLI's promises (issue 44): a prompt past the planned
-// context is refused before any compute (400 at once; /health answers meanwhile); a long prefill
-// goes in one chunk at a time, so other requests decode and /health answers between its chunks,
-// its client can abort it, and SIGTERM stops `k3 run` in the middle of it.
+// context is refused before any compute (400 at once, /health answering meanwhile; exit 2 for the
+// CLI); a long prefill goes in one chunk at a time, so other requests decode and /health answers
+// between its chunks, its client can abort it, and SIGTERM or SIGINT stops it.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -64,6 +64,22 @@ test('a 100,000-token prompt is a 400 naming the context, at once, while /health
     assert.match(msg.json.error.message, /512 tokens of context/);
   } finally {
     if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
+  }
+});
+
+test('a prompt past --ctx: `k3 run` and `k3 logits` exit 2 with one line, before loading', () => {
+  const prompt = ids(600).join(',');
+  for (const [args, want] of [
+    [['run', DEMO, '--ids', prompt, '--ctx', '512'], /^k3: run: the prompt is 600 tokens; --ctx 512 leaves no room/],
+    [['logits', DEMO, '--ids', prompt, '--ctx', '512', '--out', join(tmp, 'never.npy')], /^k3: logits: the prompt is 600 tokens; --ctx 512 holds fewer/],
+  ] as const) {
+    const t0 = performance.now();
+    const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, want);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    // a 600-token prefill takes 8 s on the test machine; the refusal, node's start-up alone
+    assert.ok(performance.now() - t0 < 5000, `${args[0]}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
 });
 
