@@ -57,6 +57,16 @@ test('a 100,000-token prompt is a 400 naming the context, at once, while /health
     const chat = await post(`${serve.url}/v1/chat/completions`, { messages: [{ role: 'user', content: text }], max_tokens: 2 }, {}, signal);
     assert.equal(chat.status, 400);
     assert.equal(chat.json.error.param, 'messages');
+    // 2000 one-letter messages: short text, but the template's tokens are past the context
+    const t1 = performance.now();
+    const [many, h2] = await Promise.all([
+      post(`${serve.url}/v1/chat/completions`, { messages: Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'a' })), max_tokens: 2 }, {}, signal),
+      fetch(`${serve.url}/health`, { signal }),
+    ]);
+    assert.equal(many.status, 400, JSON.stringify(many.json));
+    assert.match(many.json.error.message, /512 tokens of context/);
+    assert.equal(h2.status, 200);
+    assert.ok(performance.now() - t1 < 3000, `2000 messages answered after ${((performance.now() - t1) / 1000).toFixed(1)} s`);
     const msg = await post(`${serve.url}/v1/messages`, { model: 'demo-k3', max_tokens: 2, messages: [{ role: 'user', content: text }] }, {}, signal);
     assert.equal(msg.status, 400, JSON.stringify(msg.json));
     assert.equal(msg.json.type, 'error');
