@@ -104,6 +104,12 @@ test('configs that cannot be right are refused by run and info, naming the field
     ['factor', (c) => ((c.rope_scaling as Record<string, unknown>).factor = -4), 'factor'],
     ['mscale', (c) => ((c.rope_scaling as Record<string, unknown>).mscale = -1), 'rope_scaling.mscale'],
     ['beta', (c) => ((c.rope_scaling as Record<string, unknown>).beta_slow = 1e9), 'rope_scaling.beta_slow'],
+    // every other rope_scaling field too (issue 44)
+    ['mscale-all', (c) => ((c.rope_scaling as Record<string, unknown>).mscale_all_dim = -1), 'rope_scaling.mscale_all_dim'],
+    ['beta-fast', (c) => ((c.rope_scaling as Record<string, unknown>).beta_fast = 0), 'rope_scaling.beta_fast'],
+    ['beta-order', (c) => Object.assign(c.rope_scaling as object, { beta_fast: 0.5, beta_slow: 1 }), 'rope_scaling.beta_fast'],
+    ['orig-pos', (c) => ((c.rope_scaling as Record<string, unknown>).original_max_position_embeddings = 0), 'rope_scaling.original_max_position_embeddings'],
+    ['type', (c) => ((c.rope_scaling as Record<string, unknown>).type = 'linear'), 'rope_scaling.type'],
     ['scaling', (c) => (c.routed_scaling_factor = 1e9), 'routed_scaling_factor'],
     ['layers', (c) => (c.num_hidden_layers = 1e9), 'num_hidden_layers'],
     ['fewer', (c) => (c.num_hidden_layers = (c.num_hidden_layers as number) - 1), 'num_hidden_layers'],

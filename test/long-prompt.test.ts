@@ -1,11 +1,11 @@
 // Long prompts under the server's and the CLI's promises (issue 44): a prompt past the planned
-// context is refused before any compute (400 at once; /health answers meanwhile); a long prefill
-// goes in one chunk at a time, so other requests decode and /health answers between its chunks,
-// its client can abort it, and SIGTERM stops `k3 run` in the middle of it.
+// context is refused before any compute (400 at once, /health answering meanwhile; exit 2 for the
+// CLI); a long prefill goes in one chunk at a time, so other requests decode and /health answers
+// between its chunks, its client can abort it, and SIGTERM or SIGINT stops it.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,6 +57,16 @@ test('a 100,000-token prompt is a 400 naming the context, at once, while /health
     const chat = await post(`${serve.url}/v1/chat/completions`, { messages: [{ role: 'user', content: text }], max_tokens: 2 }, {}, signal);
     assert.equal(chat.status, 400);
     assert.equal(chat.json.error.param, 'messages');
+    // 2000 one-letter messages: short text, but the template's tokens are past the context
+    const t1 = performance.now();
+    const [many, h2] = await Promise.all([
+      post(`${serve.url}/v1/chat/completions`, { messages: Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'a' })), max_tokens: 2 }, {}, signal),
+      fetch(`${serve.url}/health`, { signal }),
+    ]);
+    assert.equal(many.status, 400, JSON.stringify(many.json));
+    assert.match(many.json.error.message, /512 tokens of context/);
+    assert.equal(h2.status, 200);
+    assert.ok(performance.now() - t1 < 3000, `2000 messages answered after ${((performance.now() - t1) / 1000).toFixed(1)} s`);
     const msg = await post(`${serve.url}/v1/messages`, { model: 'demo-k3', max_tokens: 2, messages: [{ role: 'user', content: text }] }, {}, signal);
     assert.equal(msg.status, 400, JSON.stringify(msg.json));
     assert.equal(msg.json.type, 'error');
@@ -64,6 +74,22 @@ test('a 100,000-token prompt is a 400 naming the context, at once, while /health
     assert.match(msg.json.error.message, /512 tokens of context/);
   } finally {
     if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
+  }
+});
+
+test('a prompt past --ctx: `k3 run` and `k3 logits` exit 2 with one line, before loading', () => {
+  const prompt = ids(600).join(',');
+  for (const [args, want] of [
+    [['run', DEMO, '--ids', prompt, '--ctx', '512'], /^k3: run: the prompt is 600 tokens; --ctx 512 leaves no room/],
+    [['logits', DEMO, '--ids', prompt, '--ctx', '512', '--out', join(tmp, 'never.npy')], /^k3: logits: the prompt is 600 tokens; --ctx 512 holds fewer/],
+  ] as const) {
+    const t0 = performance.now();
+    const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, want);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    // a 600-token prefill takes 8 s on the test machine; the refusal, node's start-up alone
+    assert.ok(performance.now() - t0 < 5000, `${args[0]}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
 });
 
@@ -132,21 +158,23 @@ test('SIGTERM during a 20,000-token prefill ends `k3 run` within 5 s (exit 130, 
   assert.ok(fed > 0 && fed < 20_000, `stopped within the prompt (${fed} tokens in): ${err}`);
 });
 
-test('SIGTERM during a 20,000-token prefill stops `k3 serve` in order within 5 s', { timeout: 60_000 }, async () => {
-  const serve = await startServe(DEMO, ['--ctx', '20100']);
-  try {
-    const prompt = Array.from({ length: 20_000 }, (_, i) => 1 + ((i * 13) % 97));
-    const pending = post(`${serve.url}/v1/completions`, { prompt, max_tokens: 1 }).catch(() => null); // cut off by the stop
-    await new Promise((r) => setTimeout(r, 1500)); // prefilling
-    const h = await fetch(`${serve.url}/health`, { signal: AbortSignal.timeout(5_000) });
-    assert.equal(h.status, 200);
-    const t0 = performance.now();
-    assert.equal(await serve.stop(), 0, serve.stderr());
-    const s = (performance.now() - t0) / 1000;
-    assert.ok(s < 5, `stopped after ${s.toFixed(1)} s`);
-    assert.doesNotMatch(serve.stderr(), /without waiting/);
-    await pending;
-  } finally {
-    if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
-  }
-});
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  test(`${signal} during a 20,000-token prefill stops \`k3 serve\` in order within 5 s`, { timeout: 60_000 }, async () => {
+    const serve = await startServe(DEMO, ['--ctx', '20100']);
+    try {
+      const prompt = Array.from({ length: 20_000 }, (_, i) => 1 + ((i * 13) % 97));
+      const pending = post(`${serve.url}/v1/completions`, { prompt, max_tokens: 1 }).catch(() => null); // cut off by the stop
+      await new Promise((r) => setTimeout(r, 1500)); // prefilling
+      const h = await fetch(`${serve.url}/health`, { signal: AbortSignal.timeout(5_000) });
+      assert.equal(h.status, 200);
+      const t0 = performance.now();
+      assert.equal(await serve.stop(signal), 0, serve.stderr());
+      const s = (performance.now() - t0) / 1000;
+      assert.ok(s < 5, `stopped after ${s.toFixed(1)} s`);
+      assert.doesNotMatch(serve.stderr(), /without waiting/);
+      await pending;
+    } finally {
+      if (serve.proc.exitCode === null) serve.proc.kill('SIGKILL');
+    }
+  });
+}

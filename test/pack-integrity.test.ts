@@ -2,7 +2,8 @@
 // time), packed.json itself (its own digest; no unknown key), and each part of a record the first
 // time it is read (a transient flip in a small tensor is caught without --verify-reads). Plus the
 // lesser promises: a sidecar missing an entry is refused by run as by verify, and a state file is
-// refused by a model with the same shapes but other weights.
+// refused by a model with the same shapes but other weights. A pack of a source with a sidecar is
+// checked against it as it reads: a changed byte is not sealed under a fresh digest.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -190,6 +191,30 @@ test('k3 run refuses a sidecar that lacks a tensor (as k3 verify does)', () => {
   fs.writeFileSync(file, JSON.stringify(sc));
   assertOneLine(k3(['run', dir, ...IDS]), 2, name, CHECKSUMS_NAME);
   assertOneLine(k3(['verify', dir]), 2, name);
+});
+
+test('a source byte changed since k3 verify: k3 pack exits 4 naming the tensor and the sidecar, and writes nothing', () => {
+  const src = copyDir(path.join(GOLDEN, 'k3'), 'k3-src-sidecar');
+  assert.equal(k3(['verify', src]).code, 0);
+  const tensors = (JSON.parse(fs.readFileSync(path.join(src, CHECKSUMS_NAME), 'utf8')) as { tensors: Record<string, { file: string; offset: number; length: number }> }).tensors;
+  // an intact source packs, its sidecar checked; which trunk matrices --compress codes
+  const coded = path.join(TMP, 'k3-sidecar-coded');
+  assert.equal(k3(['pack', src, coded, '--compress']).code, 0);
+  const codedName = Object.entries(readJson(path.join(coded, 'packed.json')).tensors as Record<string, { encoding?: unknown }>).find(([, t]) => t.encoding)![0];
+  fs.rmSync(coded, { recursive: true });
+  const expert = Object.keys(tensors).find((n) => /\.experts\.\d+\./.test(n))!;
+  for (const [name, flags] of [[expert, []], [codedName, []], [codedName, ['--compress']]] as const) {
+    const t = tensors[name]!;
+    flipByte(path.join(src, t.file), t.offset + (t.length >> 1));
+    const out = path.join(TMP, 'k3-sidecar-out');
+    const r = k3(['pack', src, out, ...flags]);
+    assert.equal(r.code, 4, `${name} ${flags.join(' ')}: ${r.stderr}`);
+    const lines = r.stderr.trim().split('\n').filter((l) => l.startsWith('k3: '));
+    assert.equal(lines.length, 1, r.stderr);
+    assert.ok(lines[0]!.includes(`tensor ${name}`) && lines[0]!.includes(CHECKSUMS_NAME), r.stderr);
+    assert.equal(fs.existsSync(out), false, 'nothing packed');
+    flipByte(path.join(src, t.file), t.offset + (t.length >> 1)); // repaired
+  }
 });
 
 test('a state saved from one model is refused by another with the same shapes but other weights; a pack of it loads it', async () => {

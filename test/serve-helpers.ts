@@ -11,7 +11,7 @@ export interface Serving {
   url: string;
   proc: ChildProcess;
   stderr: () => string;
-  stop(): Promise<number | null>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
 export async function startServe(model: string, extra: string[] = [], env: Record<string, string> = {}): Promise<Serving> {
@@ -29,11 +29,11 @@ export async function startServe(model: string, extra: string[] = [], env: Recor
     url,
     proc,
     stderr: () => err,
-    stop: () =>
+    stop: (signal = 'SIGTERM') =>
       new Promise((resolve) => {
         if (proc.exitCode !== null) return resolve(proc.exitCode);
         proc.once('exit', (code) => resolve(code));
-        proc.kill('SIGTERM');
+        proc.kill(signal);
       }),
   };
 }

@@ -34,12 +34,12 @@ export class Reader {
   }
   int(...names: string[]): number {
     const v = this.num(...names);
-    if (!Number.isInteger(v) || v < 0) throw new UserError(`${this.file}: field ${names[0]} must be a non-negative integer, got ${v}`);
+    if (!Number.isInteger(v) || v < 0) throw new UserError(`${this.file}: field ${this.find(names)!.where} must be a non-negative integer, got ${v}`);
     return v;
   }
   pos(...names: string[]): number {
     const v = this.int(...names);
-    if (v <= 0) throw new UserError(`${this.file}: field ${names[0]} must be positive, got ${v}`);
+    if (v <= 0) throw new UserError(`${this.file}: field ${this.find(names)!.where} must be positive, got ${v}`);
     return v;
   }
   optNum(def: number | null, ...names: string[]): number | null {

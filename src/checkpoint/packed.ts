@@ -45,7 +45,8 @@
 //     template: [{ suffix: "w1.weight_packed", dtype, shape, offset, nbytes }],  offset within the run
 //     at: { "<expert prefix: Names.expertPrefix(layer, expert)>": [file index, offset of the run] },
 //     sha256: { "<expert prefix>": "<hex of the run's expert_bytes>" }   (in place only: recorded
-//             at pack time from the bytes read; checked on each expert's first read, and by --verify)
+//             at pack time from the bytes read, which a source's k3 verify sidecar checks first;
+//             checked on each expert's first read, and by --verify)
 //   },
 //   dropped: ["<tensor names left out>"], total_bytes, tensor_count,
 //   manifest_sha256: "<hex of JSON.stringify of this object without manifest_sha256>"

@@ -42,7 +42,7 @@ function readFullSync(fd: number, file: string, buf: Uint8Array, pos: number): v
 }
 
 /** Code one tensor into `dst`; its encoding (block table) and stored size. */
-function codeTensor(e: TensorEntry, dst: string): TensorEncoding {
+function codeTensor(e: TensorEntry, dst: string, onRead?: (file: string, offset: number, bytes: Uint8Array) => void): TensorEncoding {
   const [rows, cols] = e.shape as [number, number];
   const blockRows = blockRowsFor(cols);
   const rowsPerRead = Math.max(blockRows, Math.floor(READ_BYTES / (2 * cols * blockRows)) * blockRows);
@@ -55,6 +55,7 @@ function codeTensor(e: TensorEntry, dst: string): TensorEncoding {
       const r1 = Math.min(rows, r0 + rowsPerRead);
       const buf = new Uint8Array(2 * cols * (r1 - r0));
       readFullSync(src, e.file, buf, e.offset + 2 * cols * r0);
+      onRead?.(e.file, e.offset + 2 * cols * r0, buf);
       const v = new Uint16Array(buf.buffer);
       for (let b = 0; b < r1 - r0; b += blockRows) {
         const coded = encodeBlock(v.subarray(b * cols, Math.min(r1 - r0, b + blockRows) * cols));
@@ -71,7 +72,7 @@ function codeTensor(e: TensorEntry, dst: string): TensorEncoding {
 }
 
 /** Code every tensor of `codedNames` into files under `dir`. */
-export function codeTrunk(cfg: ModelConfig, entries: Map<string, TensorEntry>, dir: string, stop: () => void): CodedTensors {
+export function codeTrunk(cfg: ModelConfig, entries: Map<string, TensorEntry>, dir: string, stop: () => void, onRead?: (file: string, offset: number, bytes: Uint8Array) => void): CodedTensors {
   const names = codedNames(cfg, entries);
   fs.mkdirSync(dir, { recursive: true });
   const out = new Map(entries);
@@ -81,7 +82,7 @@ export function codeTrunk(cfg: ModelConfig, entries: Map<string, TensorEntry>, d
     stop();
     const e = entries.get(name)!;
     const file = path.join(dir, `${i}.bin`);
-    const enc = codeTensor(e, file);
+    const enc = codeTensor(e, file, onRead);
     encodings.set(name, enc);
     out.set(name, { ...e, file, offset: 0, nbytes: enc.stored_bytes });
     rawBytes += e.nbytes;

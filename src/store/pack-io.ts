@@ -102,9 +102,10 @@ function hashZeros(h: Hash, n: number): void {
 
 /**
  * Read every chunk, hash it, and write it (when it has a destination). Three buffers: the read of
- * chunk i+1 and the write of chunk i-1 run while chunk i is hashed.
+ * chunk i+1 and the write of chunk i-1 run while chunk i is hashed. `onRead` sees each chunk's
+ * bytes as read (the source's sidecar check, source-check.ts).
  */
-export async function streamChunks(chunks: Chunk[], chunkBytes: number, dstPaths: string[], onBytes: (n: number) => void): Promise<void> {
+export async function streamChunks(chunks: Chunk[], chunkBytes: number, dstPaths: string[], onBytes: (n: number) => void, onRead?: (file: string, offset: number, bytes: Uint8Array) => void): Promise<void> {
   if (chunks.length === 0) return;
   const src = new Files('r');
   const dst = new Files('r+');
@@ -130,6 +131,7 @@ export async function streamChunks(chunks: Chunk[], chunkBytes: number, dstPaths
         reading.catch(() => {}); // surfaced when awaited
       }
       const buf = bufs[i % 3]!;
+      onRead?.(c.src, c.srcOff, buf.subarray(0, c.len));
       hashZeros(c.hash, c.zerosBefore);
       c.hash.update(buf.subarray(0, c.len));
       if (c.done) c.done(c.hash.digest('hex'));

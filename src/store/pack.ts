@@ -30,6 +30,8 @@ import { buildLayout } from './layout.js';
 import { codeTrunk, type CodedTensors } from './pack-code.js';
 import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';
 import { removeStaleTmp } from '../util/stale-tmp.js';
+import { knownRanges } from './checksums.js';
+import { SourceCheck } from './source-check.js';
 
 export { DEFAULT_CHUNK } from './pack-io.js';
 export type { ExpertsMode, PackManifest } from '../checkpoint/packed.js';
@@ -289,6 +291,9 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   const entries = indexCheckpointDir(modelAbs);
   const shardFiles = [...new Set([...entries.values()].map((e) => e.file))].sort();
   const sourceShards = shardIdentity(shardFiles);
+  // A `k3 verify` sidecar of the source: what the pack reads is checked against it (refused, as by
+  // k3 run, when stale or lacking a tensor).
+  const sourceCheck = new SourceCheck(knownRanges(modelAbs, entries));
   const options: PackManifest['options'] = { max_record: maxRecord, file_size: fileSize, experts: mode, ...(opts.compress ? { compress: true as const } : {}) };
 
   // An existing OUT: the same pack is a no-op; anything else is refused.
@@ -324,7 +329,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     fs.mkdirSync(tmp);
     // --compress: the coded matrices are written to tmp/.coded first, then copied like any tensor.
     const codedDir = path.join(tmp, '.coded');
-    const coded: CodedTensors | null = opts.compress ? codeTrunk(cfg, entries, codedDir, stopIfAborted) : null;
+    const coded: CodedTensors | null = opts.compress ? codeTrunk(cfg, entries, codedDir, stopIfAborted, sourceCheck.feed) : null;
     const plan = planPack(cfg, coded?.entries ?? entries, maxRecord, mode, entries);
     const files: { name: string; size: number }[] = [];
     const trunkRecs = plan.records.filter((r) => r.series === 'trunk');
@@ -391,8 +396,9 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
       done += n;
       opts.onProgress?.(done, total + hashed);
     };
-    await streamChunks(chunks, chunkBytes, dstPaths, progress);
-    await streamChunks(hashChunks, chunkBytes, [], progress);
+    await streamChunks(chunks, chunkBytes, dstPaths, progress, sourceCheck.feed);
+    await streamChunks(hashChunks, chunkBytes, [], progress, sourceCheck.feed);
+    sourceCheck.finish();
 
     const tensors: Record<string, PackedTensor> = {};
     records.forEach((r, ri) => {
