@@ -173,3 +173,15 @@ test('k3 plan --drafter: placement, bytes per emitted token, --json; bad input e
   bad(['--drafter', editedConfig('radixark', (x) => (x.block_size = 'seven'))], /config\.json: field block_size must be a number/);
   bad(['--drafter', await drafterDir('radixark', 'tiny')], /target_hidden_size 64 is not the target's hidden_size 7168/);
 });
+
+test('k3 synth --drafter writes a layout the loader reads', () => {
+  const out = path.join(tmp, 'cli-redhatai');
+  const r = k3(['synth', '--drafter', 'redhatai', '--out', out, '--json']);
+  assert.equal(r.status, 0, r.stderr);
+  const d = loadDrafter(out);
+  assert.equal(d.config.format, 'speculators');
+  assert.equal(d.entries!.size, (JSON.parse(r.stdout) as { tensors: number }).tensors);
+  const bad = k3(['synth', '--drafter', 'eagle', '--out', out]);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--drafter must be one of inferact, inferact-block5, radixark, redhatai/);
+});
