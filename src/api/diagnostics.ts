@@ -17,3 +17,4 @@ export { buildLayout } from '../store/layout.js';
 export { WORKER_BYTES, makePlan, maxBudget, planItems, resolveBudget } from '../store/plan.js';
 export { checkDrafterTarget, loadDrafter, type Drafter } from '../checkpoint/drafter.js';
 export { makeDrafterPlan, type DrafterPlan } from '../store/drafter-plan.js';
+export { draftBlock, projectContext, type DraftInput, type DraftOutput, type DraftWeights } from '../model/dspark-ref.js';
