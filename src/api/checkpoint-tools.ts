@@ -10,3 +10,4 @@ export { parseSize } from '../store/plan.js';
 export { ARCHS, EXPERTS_FORMATS, PRESETS, type ExpertsFormat, type SynthArch, type SynthPreset } from '../synth/dims.js';
 export { synthCheckpoint, type SynthOptions } from '../synth/synth.js';
 export { demoTokenizerFiles } from '../tokenizer/index.js';
+export { DRAFTER_LAYOUTS, synthDrafter, type DrafterDims, type DrafterLayout, type SynthDrafterOptions } from '../synth/drafter.js';

@@ -15,3 +15,6 @@ export { knownRanges } from '../store/checksums.js';
 export { directSupported } from '../store/direct-reader.js';
 export { buildLayout } from '../store/layout.js';
 export { WORKER_BYTES, makePlan, maxBudget, planItems, resolveBudget } from '../store/plan.js';
+export { checkDrafterTarget, loadDrafter, type Drafter } from '../checkpoint/drafter.js';
+export { makeDrafterPlan, type DrafterPlan } from '../store/drafter-plan.js';
+export { draftBlock, projectContext, type DraftInput, type DraftOutput, type DraftWeights } from '../model/dspark-ref.js';

@@ -72,6 +72,12 @@ export class Reader {
     if (!Array.isArray(f.value) || !f.value.every((x) => Number.isInteger(x))) throw new UserError(`${this.file}: field ${f.where} must be a list of integers`);
     return f.value as number[];
   }
+  strList(...names: string[]): string[] | null {
+    const f = this.find(names);
+    if (!f || f.value === null) return null;
+    if (!Array.isArray(f.value) || !f.value.every((x) => typeof x === 'string')) throw new UserError(`${this.file}: field ${f.where} must be a list of strings`);
+    return f.value as string[];
+  }
   ids(...names: string[]): number[] {
     const f = this.find(names);
     if (!f || f.value === null) return [];

@@ -4,9 +4,10 @@ import { UserError } from '../util/errors.js';
 import { MiB, formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
 import { stopOnSignals } from './signals.js';
-import { ARCHS, EXPERTS_FORMATS, PRESETS, synthCheckpoint, type ExpertsFormat, type SynthArch, type SynthOptions, type SynthPreset } from '../api/checkpoint-tools.js';
+import { ARCHS, DRAFTER_LAYOUTS, EXPERTS_FORMATS, PRESETS, synthCheckpoint, synthDrafter, type DrafterLayout, type ExpertsFormat, type SynthArch, type SynthOptions, type SynthPreset } from '../api/checkpoint-tools.js';
 
 const HELP = `usage: k3 synth --arch k3|kimi_linear|k2|k25 --out DIR [options]
+       k3 synth --drafter inferact|inferact-block5|radixark|redhatai --out DIR [--preset tiny|real] [--config-only] [--seed N] [--force]
 
 Write a random checkpoint in the exact official layout of the architecture: config.json,
 safetensors shards (+ model.safetensors.index.json when sharded) and synth.json (the options).
@@ -31,7 +32,12 @@ options:
   --vocab N             vocabulary size
   --hidden N            hidden size
   --force               replace an existing checkpoint written with other options
-  --json                print the result as JSON`;
+  --json                print the result as JSON
+
+--drafter L writes a DSpark drafter in the layout of a published one (docs/DSPARK.md): config.json
+and model.safetensors with every tensor its config implies, random BF16. --preset tiny (default,
+for a 4-layer 64-wide target) or real (the published sizes: 4.5-9.5 GB; with --config-only, the
+config alone, enough for k3 plan --drafter).`;
 
 export const command: Command = {
   summary: 'write a random checkpoint in the official K3 / Kimi Linear / K2 / K2.5 layout',
@@ -51,8 +57,11 @@ export const command: Command = {
       hidden: { type: 'string' },
       force: { type: 'boolean' },
       json: { type: 'boolean' },
+      drafter: { type: 'string' },
+      'config-only': { type: 'boolean' },
     });
     if (positionals.length > 0) throw new UserError(`synth: unexpected argument ${JSON.stringify(positionals[0])} (k3 synth --help)`);
+    if (values.drafter !== undefined) return runDrafter(values);
     if (!values.arch) throw new UserError('synth: --arch is required (k3, kimi_linear, k2 or k25)');
     if (!values.out) throw new UserError('synth: --out DIR is required');
     const arch = values.arch as SynthArch;
@@ -105,3 +114,17 @@ export const command: Command = {
     return 0;
   },
 };
+
+/** `k3 synth --drafter LAYOUT`: a drafter directory (src/synth/drafter.ts). */
+async function runDrafter(values: { drafter?: string; out?: string; preset?: string; seed?: string; force?: boolean; json?: boolean; 'config-only'?: boolean; arch?: string }): Promise<number> {
+  const layout = values.drafter as DrafterLayout;
+  if (!DRAFTER_LAYOUTS.includes(layout)) throw new UserError(`synth: --drafter must be one of ${DRAFTER_LAYOUTS.join(', ')}, got ${JSON.stringify(values.drafter)}`);
+  if (values.arch !== undefined) throw new UserError('synth: --drafter and --arch are exclusive');
+  if (!values.out) throw new UserError('synth: --out DIR is required');
+  const dims = values.preset ?? 'tiny';
+  if (dims !== 'tiny' && dims !== 'real') throw new UserError(`synth: --preset with --drafter must be tiny or real, got ${JSON.stringify(values.preset)}`);
+  const r = await synthDrafter({ layout, out: values.out, dims, configOnly: values['config-only'] === true, seed: values.seed === undefined ? undefined : parseIntFlag('synth', 'seed', values.seed, 1, 0), force: values.force === true });
+  if (values.json) console.log(JSON.stringify({ dir: r.dir, layout, preset: dims, tensors: r.tensors, bytes: r.bytes }));
+  else console.log(`synth: wrote ${r.dir} (${layout} drafter, ${dims}${values['config-only'] ? ', config only' : ''}): ${r.tensors} tensors, ${formatBytes(r.bytes)}`);
+  return 0;
+}
