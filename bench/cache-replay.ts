@@ -1,5 +1,6 @@
-// Replays the real Kimi K3 routed-expert trace through the expert cache (src/store/expert-cache.ts)
-// at the slot counts of each memory preset and a few small capacities, and prints per capacity the
+// Replays the real Kimi K3 routed-expert trace through the expert cache (src/store/expert-cache.ts;
+// the policies other than the shipped one are in bench/cache-policies.ts) at the slot counts of
+// each memory preset and a few small capacities, and prints per capacity the
 // hit rate of the shipped policy, of plain LRU, LFU and the other policies tried, and of Belady's
 // optimum (the offline upper bound).
 //
@@ -18,21 +19,8 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import {
-  BeladyPolicy,
-  CyclePolicy,
-  K3_EXPERT_BYTES,
-  LfuPolicy,
-  LruPolicy,
-  SlruPolicy,
-  expertKey,
-  groupSteps,
-  replay,
-  slotsForBytes,
-  type EvictionPolicy,
-  type ReplayResult,
-  type TraceStep,
-} from '../src/store/expert-cache.js';
+import { CyclePolicy, K3_EXPERT_BYTES, expertKey, slotsForBytes, type EvictionPolicy } from '../src/store/expert-cache.js';
+import { BeladyPolicy, LfuPolicy, LruPolicy, SlruPolicy, groupSteps, replay, type ReplayResult, type TraceStep } from './cache-policies.js';
 
 const TRACE_REL = '../shared/realdata/k3-expert-trace.bin';
 const GiB = 1024 ** 3;

@@ -6,20 +6,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  BeladyPolicy,
-  CyclePolicy,
-  ExpertCache,
-  LfuPolicy,
-  K3_EXPERT_BYTES,
-  LruPolicy,
-  SlruPolicy,
-  groupSteps,
-  lowestScores,
-  replay,
-  slotsForBytes,
-  type TraceStep,
-} from '../src/store/expert-cache.js';
+import { CyclePolicy, ExpertCache, K3_EXPERT_BYTES, lowestScores, slotsForBytes } from '../src/store/expert-cache.js';
+import { BeladyPolicy, LfuPolicy, LruPolicy, SlruPolicy, groupSteps, replay, type TraceStep } from '../bench/cache-policies.js';
 import { K3_LAYERS, PRESET_EXPERT_BYTES, decodeView, loadTrace, policies } from '../bench/cache-replay.js';
 
 const steps = groupSteps(loadTrace());

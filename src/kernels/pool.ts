@@ -122,12 +122,8 @@ const FUSED: Record<number, [string, number]> = {
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
  *  the workers before sleeping. Spinning avoids a futex wake-up between the many small dispatches
- *  of a decode step, at the cost of a busy core meanwhile. Measured on k3-medium decode at 2
- *  threads (AMD EPYC Zen 3, a VM): with 200 µs the worker slept before 36-40 of the 78 pooled
- *  dispatches of a token (the gaps of JavaScript between some of them are longer), and each of
- *  those notifies cost the main thread ~40 µs, the worker joining later still; with 2 ms it slept
- *  before 1-2, and a token took 100-109 ms instead of 117-122. After a forward the worker keeps
- *  its core 2 ms more, then sleeps. */
+ *  of a decode step, at the cost of a busy core meanwhile; after a forward the worker keeps its core
+ *  2 ms more, then sleeps. Measurements: docs/TUNING.md "SPIN_US" (`tune.js spin`). */
 export const SPIN_US = { worker: 2000, main: 1000 };
 
 /** Spin until ctrl[i] !== v or `us` microseconds pass; returns the last value read. */

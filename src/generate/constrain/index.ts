@@ -8,6 +8,7 @@ export { TokenGrammar, NEVER } from './masks.js';
 export { Matcher, DEAD } from './matcher.js';
 export { replyGrammar, escAttr, type ReplyGrammarOptions, type ToolSpec } from './xtml.js';
 export { SchemaCompiler } from './schema.js';
-export { JsonCtx, WsG } from './json.js';
+export { JsonCtx } from './json.js';
+export { WsG } from './json-lexical.js';
 export { VocabIndex } from './vocab.js';
 export * as symbols from './symbols.js';

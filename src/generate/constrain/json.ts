@@ -1,30 +1,23 @@
-// JSON values held to a compiled schema, byte by byte: strings (escapes, UTF-8, length in code
-// points), numbers, literals, enums, objects (declared keys once each, required keys before '}'),
-// arrays (prefixItems, items, minItems / maxItems). Layout 'json' allows whitespace runs of up
-// to WS_CAP bytes where JSON allows them; 'py' writes exactly Python's ", " and ": ".
+// JSON values held to a compiled schema, byte by byte: the context the frames share (compiled
+// nodes in one layout, their length tables and caches), a value's first byte choosing its kind,
+// and the frames that recurse into values: objects (declared keys once each, required keys before
+// '}', free keys by pattern) and arrays (prefixItems, items, minItems / maxItems). Layout 'json'
+// allows whitespace runs of up to WS_CAP bytes where JSON allows them; 'py' writes exactly
+// Python's ", " and ": ". The leaves are in json-lexical.ts (whitespace, enums), json-string.ts
+// and json-number.ts.
 
-import { Lit, LitFrame, popped, push, refeed, newId, type Frame, type G, type Stack } from './core.js';
+import { Lit, LitFrame, popped, push, newId, type Frame, type G, type Stack } from './core.js';
 import { keyLen, MinLengths, dumps, owedKeys, rawStringMin, sepLen, usedCount, type Layout } from './minlen.js';
-import { EXP_DIGITS, FRAC_DIGITS, INT_DIGITS } from './numrange.js';
-import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
+import { BSL, EnumFrame, Q, WS_CAP, isDigit, isWs } from './json-lexical.js';
+import { NumFrame, PatNumFrame } from './json-number.js';
+import { RawPatFrame, RawStrFrame, strStart } from './json-string.js';
+import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema-atoms.js';
 import { Dfa, type Component } from './dfa.js';
 import { parseRegex } from './regex.js';
-import { ESCAPES, numLang, shortestWithEnds, strLang, type StrLang } from './strlang.js';
+import { numLang, shortestWithEnds, strLang } from './strlang.js';
 import { bytesOf, utf8Next, utf8Pending } from './symbols.js';
 import { ByteTrie } from './trie.js';
 import type { PlainClass } from './vocab.js';
-
-/** Whitespace allowed between JSON tokens: spaces only (see WS_CAP). */
-const isWs = (b: number): boolean => b === 0x20;
-
-/** Longest whitespace run between JSON tokens: one space. K3's response-format message asks for
- *  raw JSON "without any additional formatting", and Moonshot's API returns no newline or tab. */
-export const WS_CAP = 1;
-
-const Q = 0x22;
-const BSL = 0x5c;
-const isDigit = (b: number): boolean => b >= 0x30 && b <= 0x39;
-const isHex = (b: number): boolean => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
 
 const TRUE = new Lit(bytesOf('true'));
 const FALSE = new Lit(bytesOf('false'));
@@ -237,231 +230,6 @@ class RawG implements G {
         if (lang && !lang.dfa.universal(0)) new RawPatFrame(lang, a, 0, 0).step(sym, below, out);
         else new RawStrFrame(a, 0, 0).step(sym, below, out);
       }
-    }
-  }
-}
-
-/** Whitespace between JSON tokens (before and after a document). */
-export class WsG implements G {
-  readonly id = newId();
-  readonly min = 0;
-  enter(below: Stack | null, sym: number, out: Stack[]): void {
-    new WsFrame(0).step(sym, below, out);
-  }
-}
-
-class WsFrame implements Frame {
-  readonly key: string;
-  readonly min = 0;
-  constructor(readonly n: number) {
-    this.key = `w${n}`;
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    if (isWs(sym) && this.n < WS_CAP) out.push(push(below, new WsFrame(this.n + 1)));
-    else refeed(below, sym, out);
-  }
-}
-
-/** Inside a literal from a set (enum, const), `node` bytes in. */
-class EnumFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  constructor(readonly t: ByteTrie, readonly node: number) {
-    this.key = `e${t.id}.${node}`;
-    this.min = t.minRest(node);
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    const c = sym < 256 ? this.t.next(this.node, sym) : -1;
-    if (c >= 0 && this.t.minRest(c) < Infinity) out.push(push(below, new EnumFrame(this.t, c)));
-    if (this.t.terminal[this.node]) refeed(below, sym, out);
-  }
-}
-
-// Escape states: 0 none, 1 after '\', 2 first hex digit of \u, 7 second after a 'd' (no
-// surrogate halves: their length would count differently), 3-5 the later hex digits.
-const ESC_REST = [0, 1, 4, 3, 2, 1, 0, 3];
-
-/** Inside a JSON string of `a`, `count` code points written. */
-class StrFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  readonly plain: PlainClass | undefined;
-  constructor(readonly a: Atom, readonly count: number, readonly esc: number, readonly u8: number) {
-    this.key = `s${a.id}.${count}.${esc}.${u8}`;
-    this.plain = esc === 0 && u8 === 0 ? 'json' : undefined;
-    this.min = ESC_REST[esc]! + utf8Pending(u8) + Math.max(0, a.minLength - count) + 1;
-  }
-  private next(count: number, esc: number, u8: number, below: Stack | null, out: Stack[]): void {
-    // Past both limits the count changes nothing: cap it so the states stay few.
-    const cap = Number.isFinite(this.a.maxLength) ? this.a.maxLength : this.a.minLength;
-    out.push(push(below, new StrFrame(this.a, Math.min(count, cap), esc, u8)));
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    if (sym > 255) return;
-    const { a, count, esc, u8 } = this;
-    if (esc === 1) {
-      if (sym === 0x75) this.next(count, 2, 0, below, out);
-      else if ('"\\/bfnrt'.includes(String.fromCharCode(sym))) this.next(count, 0, 0, below, out);
-    } else if (esc === 2) {
-      if (sym === 0x64 || sym === 0x44) this.next(count, 7, 0, below, out);
-      else if (isHex(sym)) this.next(count, 3, 0, below, out);
-    } else if (esc === 7) {
-      if (sym >= 0x30 && sym <= 0x37) this.next(count, 4, 0, below, out);
-    } else if (esc >= 3) {
-      if (isHex(sym)) this.next(count, esc === 5 ? 0 : esc + 1, 0, below, out);
-    } else if (u8 !== 0) {
-      const s = utf8Next(u8, sym);
-      if (s >= 0) this.next(count, 0, s, below, out);
-    } else if (sym === Q) {
-      if (count >= a.minLength) popped(below, out);
-    } else if (sym === BSL) {
-      if (count < a.maxLength) this.next(count + 1, 1, 0, below, out);
-    } else if (sym >= 0x20 && count < a.maxLength) {
-      const s = utf8Next(0, sym);
-      if (s >= 0) this.next(count + 1, 0, s, below, out);
-    }
-  }
-}
-
-/** The frame just after a string's opening quote. */
-function strStart(a: Atom): Frame {
-  const lang = strLang(a, 'json');
-  return lang && !lang.dfa.universal(0) ? new PatStrFrame(lang, a, 0, 0, false) : new StrFrame(a, 0, 0, 0);
-}
-
-/** Inside a JSON string held to patterns: DFA state q of the text so far, `count` code points; `esc` after a backslash. */
-class PatStrFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number, readonly esc: boolean) {
-    this.key = `p${lang.id}.${q}.${count}.${esc ? 1 : 0}`;
-    let m = Infinity;
-    if (!esc) m = lang.min(q, count);
-    else {
-      for (const [, b] of ESCAPES) {
-        const c = lang.nextCount(count, b);
-        if (c >= 0) m = Math.min(m, 1 + lang.min(lang.dfa.next(q, b), c));
-      }
-    }
-    this.min = m + 1;
-  }
-  /** The text gains byte `b`. */
-  private feed(b: number, below: Stack | null, out: Stack[]): void {
-    const { lang, a } = this;
-    const q = lang.dfa.next(this.q, b);
-    const c = lang.nextCount(this.count, b);
-    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
-    // once the patterns hold whatever follows, the plain string frame goes on (escapes, plain-text masks)
-    if (lang.dfa.universal(q)) out.push(push(below, new StrFrame(a, c, 0, lang.dfa.phase[q]!)));
-    else out.push(push(below, new PatStrFrame(lang, a, q, c, false)));
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    if (sym > 255) return;
-    if (this.esc) {
-      for (const [e, b] of ESCAPES) if (e === sym) this.feed(b, below, out);
-    } else if (sym === Q) {
-      if (this.lang.done(this.q, this.count)) popped(below, out);
-    } else if (sym === BSL) {
-      const f = new PatStrFrame(this.lang, this.a, this.q, this.count, true);
-      if (f.min < Infinity) out.push(push(below, f));
-    } else if (sym >= 0x20) this.feed(sym, below, out);
-  }
-}
-
-/** A raw string argument held to patterns (see PatStrFrame), ended by the next control symbol. */
-class RawPatFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  constructor(readonly lang: StrLang, readonly a: Atom, readonly q: number, readonly count: number) {
-    this.key = `P${lang.id}.${q}.${count}`;
-    this.min = lang.min(q, count);
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    const { lang, a } = this;
-    if (sym > 255) {
-      if (lang.done(this.q, this.count)) refeed(below, sym, out);
-      return;
-    }
-    const q = lang.dfa.next(this.q, sym);
-    const c = lang.nextCount(this.count, sym);
-    if (q < 0 || c < 0 || lang.min(q, c) === Infinity) return;
-    if (lang.dfa.universal(q)) out.push(push(below, new RawStrFrame(a, c, lang.dfa.phase[q]!)));
-    else out.push(push(below, new RawPatFrame(lang, a, q, c)));
-  }
-}
-
-/** A bounded number: DFA state q of its text (numrange.ts); it ends where the next symbol cannot go on. */
-class PatNumFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  constructor(readonly lang: StrLang, readonly q: number) {
-    this.key = `N${lang.id}.${q}`;
-    this.min = lang.min(q, 0);
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    const { lang } = this;
-    const q = sym < 256 ? lang.dfa.next(this.q, sym) : -1;
-    if (q >= 0 && lang.min(q, 0) < Infinity) out.push(push(below, new PatNumFrame(lang, q)));
-    if (this.q !== 0 && lang.done(this.q, 0)) refeed(below, sym, out);
-  }
-}
-
-/** A raw string value (K3 string arguments): any UTF-8 text, ended by the next control symbol. */
-class RawStrFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  readonly plain: PlainClass | undefined;
-  constructor(readonly a: Atom, readonly count: number, readonly u8: number) {
-    this.key = `r${a.id}.${count}.${u8}`;
-    this.plain = u8 === 0 ? 'raw' : undefined;
-    this.min = utf8Pending(u8) + Math.max(0, a.minLength - count);
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    const { a, count, u8 } = this;
-    if (sym > 255) {
-      if (u8 === 0 && count >= a.minLength) refeed(below, sym, out);
-      return;
-    }
-    const s = utf8Next(u8, sym);
-    if (s < 0) return;
-    const n = u8 === 0 ? count + 1 : count;
-    if (n > a.maxLength) return;
-    const cap = Number.isFinite(a.maxLength) ? a.maxLength : a.minLength;
-    out.push(push(below, new RawStrFrame(a, Math.min(n, cap), s)));
-  }
-}
-
-// Number phases: 0 after '-', 1 after a leading 0, 2 integer digits, 3 after '.', 4 fraction
-// digits, 5 after 'e', 6 after the exponent's sign, 7 exponent digits.
-const NUM_DONE = [false, true, true, false, true, false, false, true];
-
-class NumFrame implements Frame {
-  readonly key: string;
-  readonly min: number;
-  constructor(readonly intOnly: boolean, readonly phase: number, readonly n: number) {
-    this.key = `n${intOnly ? 1 : 0}.${phase}.${n}`;
-    this.min = NUM_DONE[phase] ? 0 : 1;
-  }
-  static start(intOnly: boolean, sym: number, below: Stack | null, out: Stack[]): void {
-    if (sym === 0x2d) out.push(push(below, new NumFrame(intOnly, 0, 0)));
-    else if (sym === 0x30) out.push(push(below, new NumFrame(intOnly, 1, 0)));
-    else if (isDigit(sym)) out.push(push(below, new NumFrame(intOnly, 2, 1)));
-  }
-  step(sym: number, below: Stack | null, out: Stack[]): void {
-    const { intOnly, phase, n } = this;
-    const go = (p: number, k: number): void => void out.push(push(below, new NumFrame(intOnly, p, k)));
-    const d = isDigit(sym);
-    const dot = sym === 0x2e && !intOnly;
-    const e = (sym === 0x65 || sym === 0x45) && !intOnly;
-    switch (phase) {
-      case 0: if (sym === 0x30) go(1, 0); else if (d) go(2, 1); return;
-      case 1: if (dot) go(3, 0); else if (e) go(5, 0); else refeed(below, sym, out); return;
-      case 2: if (d && n < INT_DIGITS) go(2, n + 1); else if (dot) go(3, 0); else if (e) go(5, 0); else if (!d) refeed(below, sym, out); return;
-      case 3: if (d) go(4, 1); return;
-      case 4: if (d && n < FRAC_DIGITS) go(4, n + 1); else if (e) go(5, 0); else if (!d) refeed(below, sym, out); return;
-      case 5: if (sym === 0x2b || sym === 0x2d) go(6, 0); else if (d) go(7, 1); return;
-      case 6: if (d) go(7, 1); return;
-      case 7: if (d && n < EXP_DIGITS) go(7, n + 1); else if (!d) refeed(below, sym, out); return;
     }
   }
 }

@@ -3,7 +3,7 @@
 // budget rule sound: from a state whose minimum fits, some next symbol lowers it by one.
 
 import { numLang, strLang } from './strlang.js';
-import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema.js';
+import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Atom, type Node } from './schema-atoms.js';
 
 /** Layouts: JSON with optional whitespace (a response document), or Python json.dumps' default separators (tool arguments). */
 export type Layout = 'json' | 'py';

@@ -1,7 +1,7 @@
 // Numeric bounds as regular languages of JSON number text: a bound compares a number's integer
 // digits by length then digit by digit, and its fraction digit by digit, so x >= L, x > L,
 // x <= H and x < H are regexes, intersected with the number syntax (no exponent when bounded,
-// the digit limits of json.ts). Decimal comparisons are exact on the text of the bound.
+// the digit limits of json-number.ts). Decimal comparisons are exact on the text of the bound.
 
 /** Digits allowed in a number's integer part, fraction and exponent (keeps every value finite and, for integers, exact). */
 export const INT_DIGITS = 15;

@@ -2,209 +2,26 @@
 // allOf is merged, $ref to #/$defs/... or #/definitions/... (or any local JSON pointer) is
 // followed (recursion through properties and items is fine: children are nodes made on demand).
 // A schema is a node: the list of its atoms. Keywords this does not enforce are collected in
-// `unsupported` (the value produced is still of an allowed type).
+// `unsupported` (the value produced is still of an allowed type). What it makes is described in
+// schema-atoms.ts; the conjunctions it works on before that, in schema-conjunction.ts.
 
 import { UserError } from '../../util/errors.js';
 import { formatPattern } from './formats.js';
-import type { Bound } from './numrange.js';
 import { RegexError, parseRegex, type Re } from './regex.js';
 import { searchOf } from './dfa.js';
-
-export const K_NULL = 1;
-export const K_BOOL = 2;
-export const K_INT = 4;
-/** Numbers that are not integers ("number" = K_INT | K_NUM). */
-export const K_NUM = 8;
-export const K_STR = 16;
-export const K_OBJ = 32;
-export const K_ARR = 64;
-export const K_ALL = 127;
+import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, Node, codePoints, kindOf, type Atom, type StrPattern } from './schema-atoms.js';
+import { any, jsRegex, litFits, product, sameJson, tighter, type Cons, type ObjPart, type Schema } from './schema-conjunction.js';
 
 const TYPE_KINDS: Record<string, number> = { null: K_NULL, boolean: K_BOOL, integer: K_INT, number: K_INT | K_NUM, string: K_STR, object: K_OBJ, array: K_ARR };
 
-export function kindOf(v: unknown): number {
-  if (v === null) return K_NULL;
-  if (typeof v === 'boolean') return K_BOOL;
-  if (typeof v === 'number') return Number.isInteger(v) ? K_INT : K_NUM;
-  if (typeof v === 'string') return K_STR;
-  if (Array.isArray(v)) return K_ARR;
-  return K_OBJ;
-}
-
-/** Code points, as JSON Schema counts string length. */
-export const codePoints = (s: string): number => [...s].length;
-
-export interface Atom {
-  readonly id: number;
-  kinds: number;
-  /** enum / const: only these values (already filtered by kind and string length). */
-  lits: unknown[] | null;
-  minLength: number;
-  maxLength: number;
-  /** Declared keys in order and their value nodes; `required` lists indices into `names`. */
-  names: string[];
-  /** Declared keys no value may follow (a false schema): never written, not even as free keys. */
-  banned: string[];
-  props: Node[];
-  required: number[];
-  /** Schema of other keys; null: no other keys. */
-  additional: Node | null;
-  prefix: Node[];
-  /** Items past `prefix`; null: none. */
-  items: Node | null;
-  minItems: number;
-  maxItems: number;
-  /** pattern / format: whole-string regexes every string value matches (empty: none). */
-  patterns: StrPattern[];
-  /** minimum / maximum and their exclusive forms (null: unbounded). */
-  lo: Bound | null;
-  hi: Bound | null;
-  /** Free keys (when any are allowed): the patterns they are told apart by (patternProperties, as
-   *  searches), the value node of each subset matched (index = bit mask; null: no such key), and
-   *  the patterns every key matches (propertyNames). Empty: every free key takes `additional`. */
-  keyPats: StrPattern[];
-  keyClasses: Array<Node | null>;
-  keyNames: StrPattern[];
-  /** minProperties (counted on declared keys only) / maxProperties (every key). */
-  minProps: number;
-  maxProps: number;
-  /** multipleOf (positive integers): integers only, multiples of each. */
-  mults: number[];
-}
-
-/** A string regex (already a search for `pattern`) and where the schema says it, for errors. */
-export interface StrPattern {
-  re: Re;
-  /** The source, for the JS RegExp that filters enum values (u flag). */
-  src: string;
-  /** Identifies the language (`pattern` sources are searches, `format` ones are whole-string). */
-  key: string;
-  where: string;
-}
-
-export class Node {
-  atoms: Atom[] = [];
-  constructor(readonly id: number) {}
-}
-
-type Schema = boolean | Record<string, unknown>;
-
-interface ObjPart {
-  props: Map<string, Schema>;
-  additional: Schema;
-  /** patternProperties: a key matching one takes its schema (and not `additional`). */
-  patProps: Array<{ pat: StrPattern; schema: Schema }>;
-}
-
 /** patternProperties past this many in one object are not held (free keys get a class per subset). */
 const MAX_PAT_PROPS = 5;
-interface ArrPart {
-  prefix: Schema[];
-  items: Schema;
-}
-
-/** A conjunction of constraints before its children become nodes. */
-interface Cons {
-  kinds: number;
-  lits: unknown[] | null;
-  minLength: number;
-  maxLength: number;
-  required: Set<string>;
-  obj: ObjPart[];
-  arr: ArrPart[];
-  minItems: number;
-  maxItems: number;
-  patterns: StrPattern[];
-  lo: Bound | null;
-  hi: Bound | null;
-  minProps: number;
-  maxProps: number;
-  mults: number[];
-  keyNames: StrPattern[];
-}
 
 /** multipleOf is held for integer divisors up to this (the automaton has a state per remainder). */
 const MAX_MULTIPLE = 1000;
 
 const ANNOTATIONS = new Set(['$schema', '$id', '$comment', '$defs', 'definitions', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'strict', 'name', 'discriminator', 'xml', 'externalDocs', 'example']);
 const HANDLED = new Set(['type', 'enum', 'const', 'nullable', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'minItems', 'maxItems', 'minLength', 'maxLength', 'anyOf', 'oneOf', 'allOf', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minProperties', 'maxProperties', 'multipleOf', 'patternProperties', 'propertyNames']);
-
-const any = (): Cons => ({
-  kinds: K_ALL, lits: null, minLength: 0, maxLength: Infinity, required: new Set(), obj: [], arr: [], minItems: 0, maxItems: Infinity,
-  patterns: [], lo: null, hi: null, minProps: 0, maxProps: Infinity, mults: [], keyNames: [],
-});
-
-function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  if (Array.isArray(a)) return a.length === (b as unknown[]).length && a.every((x, i) => sameJson(x, (b as unknown[])[i]));
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  return ka.length === kb.length && ka.every((k) => Object.hasOwn(b, k) && sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
-}
-
-function merge(a: Cons, b: Cons): Cons {
-  let lits = a.lits;
-  if (b.lits) lits = lits ? lits.filter((x) => b.lits!.some((y) => sameJson(x, y))) : b.lits;
-  return {
-    kinds: a.kinds & b.kinds,
-    lits,
-    minLength: Math.max(a.minLength, b.minLength),
-    maxLength: Math.min(a.maxLength, b.maxLength),
-    required: new Set([...a.required, ...b.required]),
-    obj: [...a.obj, ...b.obj],
-    arr: [...a.arr, ...b.arr],
-    minItems: Math.max(a.minItems, b.minItems),
-    maxItems: Math.min(a.maxItems, b.maxItems),
-    patterns: [...a.patterns, ...b.patterns],
-    lo: tighter(a.lo, b.lo, 1),
-    hi: tighter(a.hi, b.hi, -1),
-    minProps: Math.max(a.minProps, b.minProps),
-    maxProps: Math.min(a.maxProps, b.maxProps),
-    mults: [...new Set([...a.mults, ...b.mults])],
-    keyNames: [...a.keyNames, ...b.keyNames],
-  };
-}
-
-/** The stricter of two lower (dir 1) or upper (dir -1) bounds. */
-function tighter(a: Bound | null, b: Bound | null, dir: number): Bound | null {
-  if (!a || !b) return a ?? b;
-  if (a.value !== b.value) return (a.value - b.value) * dir > 0 ? a : b;
-  return a.strict ? a : b;
-}
-
-/** Does a literal value keep to an atom's patterns and bounds? */
-function litFits(v: unknown, c: Cons): boolean {
-  if (typeof v === 'string') return c.patterns.every((p) => jsRegex(p.src).test(v));
-  if (typeof v === 'number') {
-    if (c.mults.some((k) => !Number.isInteger(v) || v % k !== 0)) return false;
-    if (c.lo && (c.lo.strict ? !(v > c.lo.value) : !(v >= c.lo.value))) return false;
-    if (c.hi && (c.hi.strict ? !(v < c.hi.value) : !(v <= c.hi.value))) return false;
-  }
-  return true;
-}
-
-const regexCache = new Map<string, RegExp>();
-function jsRegex(src: string): RegExp {
-  let r = regexCache.get(src);
-  if (!r) {
-    try {
-      r = new RegExp(src, 'u');
-    } catch {
-      r = new RegExp(src);
-    }
-    if (regexCache.size > 256) regexCache.clear();
-    regexCache.set(src, r);
-  }
-  return r;
-}
-
-function product(xs: Cons[], ys: Cons[]): Cons[] {
-  const out: Cons[] = [];
-  for (const x of xs) for (const y of ys) out.push(merge(x, y));
-  return out;
-}
 
 const nonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 

@@ -7,7 +7,7 @@ import { UserError } from '../../util/errors.js';
 import { Dfa, dfaOf, multipleOfText } from './dfa.js';
 import { numberRegexes } from './numrange.js';
 import { RegexError, parseRegex } from './regex.js';
-import type { Atom } from './schema.js';
+import type { Atom } from './schema-atoms.js';
 
 export type Weights = 'json' | 'raw';
 

@@ -7,9 +7,11 @@
 // Python's separators otherwise. K counts the calls from 1.
 
 import { Alt, EMPTY, Lit, Seq, lazyG, newId, push, refeed, type Frame, type G, type Stack } from './core.js';
-import { JsonCtx, WsG } from './json.js';
+import { JsonCtx } from './json.js';
+import { WsG } from './json-lexical.js';
 import { owedKeys, rawStringMin, usedCount } from './minlen.js';
-import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, SchemaCompiler, kindOf, type Node } from './schema.js';
+import { K_ARR, K_BOOL, K_INT, K_NULL, K_NUM, K_OBJ, K_STR, kindOf, type Node } from './schema-atoms.js';
+import { SchemaCompiler } from './schema.js';
 import { CLOSE, END, OPEN, SEP, syms } from './symbols.js';
 import { FreeG, LazyFrame } from './text.js';
 import { UserError } from '../../util/errors.js';

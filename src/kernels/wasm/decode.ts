@@ -116,9 +116,9 @@ function addDecF16(gen: Gen, f16s: Fn): Fn {
 // b >> 4) and its low byte (e & 1) << 7 | m << 4 = (b & 15) << 4. Subnormals (e = 0: m * 2^-9)
 // are corrected by XOR with lookups on b & 0x7f, which the plain swizzle reads as 0 from 16 on
 // (so only e = 0 changes); NaN (b & 0x7f = 0x7f, e4m3fn has no infinities) gets the high byte
-// s | 0x7f, a bf16 NaN with the low byte 0xf0. Measured: fp8 1024x1024, 1 thread (AMD EPYC Zen
-// 5), GMAC/s: T = 1 2.4 -> 4.5, T = 8 12.4 -> 15.2, against the integer/convert formula per f32
-// lane it replaced (about twice the instructions). test/kernels.test.ts checks all 256 codes.
+// s | 0x7f, a bf16 NaN with the low byte 0xf0. It replaced an integer/convert formula per f32 lane
+// (about twice the instructions; docs/TUNING.md "Kernel forms: the fp8 decoder").
+// test/kernels.test.ts checks all 256 codes.
 const FP8_HB = Array.from({ length: 16 }, (_, i) => ((i & 8) << 4) | (60 + (i & 7)));
 /** e = 0: XOR turning the normal formula's bytes into those of m * 2^-9 (m = index), 0 past 7. */
 const FP8_SUB_LB = [0x00, 0x10, 0xa0, 0xf0, 0x40, 0x70, 0x20, 0x10, 0, 0, 0, 0, 0, 0, 0, 0];
@@ -214,10 +214,10 @@ const ilHi = ilLo.map((x) => x + 8);
 // load = one 32-column group with one scale; the per-scale table (MX_PLANES) holds the 16 exact
 // values E2M1*2^(s-127) as bf16, low-byte plane then high-byte plane, so two byte lookups + a byte
 // interleave give 8 bf16 values (mxGroupApart, storeBf16Apart).
-// Why a separate pass (measured on Zen 3, V8 11): the T = 1 product is bound by the byte
-// shuffles and shifts, which share two SIMD pipes; decoding in registers inside the dot needs the
-// same shuffles (and V8 then spills), and multiplying each 32-column partial by the E8M0 scale
-// (constant tables) only adds multiplies. Both measured 6-15% slower than this path.
+// Why a separate pass: the T = 1 product is bound by the byte shuffles and shifts, which share two
+// SIMD pipes; decoding in registers inside the dot needs the same shuffles (and V8 then spills),
+// and scaling each 32-column partial only adds multiplies (docs/TUNING.md "Kernel forms: mxfp4
+// decoded in a pass of its own").
 function addDecMx2bf(gen: Gen): Fn {
   return addMxDecoder(gen, 'dec_mx2bf', true, 2, (f, p, sp, o, k) =>
     mxGroupApart(gen, f, get(p), get(sp), k, (lbE, hbE, lbO, hbO) => storeBf16Apart(lbE, hbE, lbO, hbO, (j) => [get(o), 64 * k + 16 * j])));
@@ -239,9 +239,7 @@ function addDecMx2f32(gen: Gen): Fn {
 
 /** 32-column groups an mxfp4 decoder's loop takes a pass (then the rest one at a time): the
  *  loop's own instructions (V8's moves of the pointers, the interrupt check, the branch) are about
- *  a sixth of a one-group pass. Measured in one process taking turns, mxfp4 768x1024 T = 1, AMD
- *  EPYC Zen 4, 1 thread, medians of three series (GMAC/s): 1 group 5.8-6.2, 2 groups 6.4-6.5, 4
- *  groups 6.3-6.6; T = 8 (the tiled path's decoder) 12.1-12.9 / 13.0 / 12.9-13.1. */
+ *  a sixth of a one-group pass. docs/TUNING.md "MX_DEC_UNROLL" (`tune.js mx-dec-unroll`). */
 const MX_DEC_UNROLL = 4;
 
 /**

@@ -49,41 +49,19 @@ export const TILE_TOKENS = 4;
 export const TILE_ROWS = 2;
 /** Smallest T that takes the tiled path, per format (fast.ts tiles x from this T on; below it,
  *  each token runs the single-token dot over the same rows). The bytes are the same either way.
- *  - bf16 stays on the single-token path up to 7 tokens: the tiled path first widens each row pair
- *    into f32 scratch, and a few tokens' multiply-adds do not pay for that pass (the single-token
- *    path widens in registers as its multiply-adds go, and its later tokens read the row pair
- *    from L1). Before the tiled path touched a row pair's lines first (kernels.ts touchRows), its
- *    widening streamed at ~10 GB/s and the single-token path won up to 15 tokens.
- *  - fp8, int4 and f16 take the tiled path from 2 tokens on: below 4 their single-token path
- *    decodes and dots one row at a time (the three-row chunked kernel is for T = 1 only), and the
- *    tiled one's two rows side by side beat it.
- *  - mxfp4 ties at 4-6 tokens and loses at 2-3 (its single-token path decodes three rows to bf16
- *    and walks them side by side); f32 rows are used in place by both paths.
- *  Measured in one process taking turns (AMD EPYC Zen 5, 1 thread, from DRAM, GMAC/s, medians of
- *  7, tiled / single-token), bf16 with the touch: 4096x7168 T = 4 13.3 / 15.9, 6 13.9 / 15.1, 8
- *  14.4 / 13.3, 12 17.8 / 13.2; 12288x1536 4 9.0 / 10.1, 8 13.3 / 12.3, 12 15.9 / 13.3; 2048x2048
- *  8 13.8 / 14.0, 12 16.2 / 12.9; 2 threads 4096x7168 8 29.7 / 25.6, 12 37.0 / 30.9 (a quieter
- *  hour: even, within 10% either way, at 8-14 tokens on four shapes); without it,
- *  4096x7168 4 9.7 / 14.0, 8 12.9 / 14.7, 12 15.4 / 16.4, 16 17.3 / 16.1. fp8 2048x7168 T = 2
- *  6.2 / 4.9, 3 8.7 / 6.4, 4 11.5 / 8.1; int4 7168x2048 2 6.6 / 5.7, 3 9.4 / 6.8, 4 16.2 / 10.1;
- *  f16 2048x2048 2 4.4 / 4.3, 3 6.5 / 5.6; mxfp4 3072x7168 2 10.1 / 15.3, 3 14.0 / 18.1, 4 16.3 /
- *  16.9, 8 20.2 / 19.7; f32 2048x7168 4 12.5 / 11.8, 8 16.5 / 14.3. */
+ *  Why per format: the tiled path first widens or decodes each row pair into f32 scratch, which a
+ *  few tokens' multiply-adds pay for sooner where the single-token path is weaker (fp8, int4, f16
+ *  decode one row at a time below 4 tokens). Measurements: docs/TUNING.md "TILE_MIN_T"
+ *  (`tune.js tile-min-t`). */
 export const TILE_MIN_T: Readonly<Record<Fmt, number>> = { f32: 4, bf16: 8, f16: 2, fp8: 2, int4: 2, mxfp4: 4 };
 /** Lane order of the tiled activations per format (the order the decoded row holds columns in). */
 export const TILE_PERM: Record<Fmt, Perm> = { f32: 'id', bf16: 'id', f16: 'id', fp8: 'id', int4: 'bf', mxfp4: 'id' };
 /** Column chunks of the tiled path's lane-group passes: rows wider than TILE_CHUNK_FROM columns are
  *  walked in chunks of at most TILE_CHUNK_COLS (evenly split), each chunk's four passes in turn,
  *  the accumulators kept between chunks; every lane still adds its columns in ascending order, so
- *  the bytes are the same. Why: a pass walks one lane group of two rows' decoded f32 values and of
- *  a tile's activations; over a whole wide row the two rows and the tile outgrow L1 (K3's 7168
- *  columns: 57 KB of rows, 114 KB of tile) and each of the four passes rereads them from L2.
- *  Measured in one process taking turns (AMD EPYC Zen 5, 1 thread, bf16, T = 64, GMAC/s, medians
- *  of 7): 64x7168 whole rows 13.7-16.4, chunks of 1024 16.1-20.4, of 2048 15.9-19.9; 32x18432
- *  10.8-14.0 -> 13.0-16.6 (1024), 12.3-16.4 (2048); 2 threads 128x7168 28.1 -> 31.0; 4096
- *  columns measured no gain from chunks (0.94-1.03), so rows up to TILE_CHUNK_FROM stay whole;
- *  mxfp4 at T = 4..16 neither gains nor loses. A K3 checkpoint with the real layer sizes (k3 synth
- *  --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), 64-token prompt, resident: 1
- *  thread 7.46 -> 6.56 s, 2 threads 3.54 -> 3.16 s, the same logits. */
+ *  the bytes are the same. Why: over a whole wide row the two rows and the tile outgrow L1 and each
+ *  of the four passes rereads them from L2. Measurements: docs/TUNING.md "TILE_CHUNK_COLS,
+ *  TILE_CHUNK_FROM" (`tune.js tile-chunk`). */
 export const TILE_CHUNK_COLS = 1024;
 export const TILE_CHUNK_FROM = 4096;
 /** Bytes of per-thread scratch the tiled path needs beyond a decoded f32 row. */

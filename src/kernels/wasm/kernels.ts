@@ -265,9 +265,8 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
 }
 
 /** Rows of panelled bf16 (formats/panels.ts) whose slices the tiled product touches together, a run
- *  per panel. Why: one row pair's slices are short runs in four places, and read so they cost the
- *  tiled product ~11% at 8 tokens (AMD EPYC Zen 5, 1 thread, bf16 1024x7168 from DRAM); 16 rows'
- *  runs at once: -3% .. +0.5% at 8 tokens, -5% .. 0 at 16, -1% .. -2% at 64 against row-major rows. */
+ *  per panel. Why: one row pair's slices are short runs in four places, which the prefetchers
+ *  serve badly. docs/TUNING.md "PANEL_TOUCH_ROWS" (`tune.js panel-touch-rows`). */
 const PANEL_TOUCH_ROWS = 16;
 
 /** The exported matmul entry points mm_<fmt>: single-token or tiled by T, and the q8 fast path for mxfp4. */

@@ -15,79 +15,34 @@ import type { Madd } from './fma.js';
 
 /** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
  *  between them: rows j and j+q for j in [r0, r0+q) of a range of n rows, q = n/2 when at least
- *  MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why: memory
- *  streams. Measured on Zen 3, one thread, GB/s of 2048-column bf16 rows streamed from DRAM (640
- *  MB) / from L3 (one 8 MB matrix again and again), medians of alternating runs:
- *    one row at a time                        6.9-7.8 / 8.0-13.4
- *    2 rows far apart, two lane-group passes  8.3-9.4 / 11.4-17.1   <- this
- *    2 far, one pass (8 accumulators)         4.8-6.8 / 9.1-12.0
- *    4 far, two passes                        7.2-7.9 / 7.0-7.9
- *    4 far, four passes                       7.6-9.5 / 8.7-9.2
- *  (a plain Wasm read loop: 8-9.6 with one stream, 10-11 with four; rows 1 or 2 apart instead
- *  of far apart were slower than one row: neighbouring pages look like one stream). Again on Zen 5
- *  (December 2026, 64 matrices from DRAM, GMAC/s, medians): 2 far 11.5-13.3, 3 far 9.2-9.8 (from
- *  L2 3 rows win, 15.0 vs 12.7: no spills, the streams are what costs), neighbouring 5.4-6.8;
- *  with the chunked passes below, 2 far 13.6-14.4, 3 far 11.7-13.0, 4 far 10.0. */
+ *  MM1_MIN_DIST, then the rest one by one. Each row is still the canonical dot. Why: two streams
+ *  far apart keep the prefetchers busiest; neighbouring rows look like one stream. Measurements:
+ *  docs/TUNING.md "MM1_ROWS, MM1_MIN_DIST" (bench/tune: `tune.js mm1-rows`). */
 export const MM1_ROWS = 2;
 /** Stored rows wider than MM1_WIDE_FROM columns go MM1_WIDE_ROWS at a time (far apart, the same two
  *  lane-group passes over chunks), so that each activation vector loaded serves four rows. Why: a
- *  row's activations are 4 bytes a column, twice its bf16 weights; past ~4096 columns (16 KB) they
- *  no longer stay in L1 while two rows' weights stream through it, and every row pair rereads them
- *  from L2 (wrapping the activation reads to 8 KB of a 7168-column row, for the test, took it from
- *  8.0 to 14.8 GMAC/s). Measured in one process taking turns (AMD EPYC Zen 5, bf16 from DRAM,
- *  T = 1, GMAC/s, medians of 5; a noisy machine): 1 thread 1024x7168 two rows 6.8-9.0, four 8.2-12.3
- *  (three 7.6-9.6); 512x12288 5.8-8.2 -> 7.8-12.5; 1024x5120 6.3-9.5 -> 7.5-11.0; 2 threads
- *  1024x7168 13.3 -> 15.7, 512x12288 12.3 -> 14.4 (at 3072 columns four rows measured 0.69-1.02x
- *  then, at 2048 and 4096 no gain: see below for now). A K3 checkpoint with the real layer sizes
- *  (k3 synth --preset k3-real-layers --layers 2 --experts 8 --vocab 32768), decode, resident: 1
- *  thread 253 -> 238 ms/token, 2 threads 152 -> 120, the same logits. f32 rows (twice the bytes)
- *  take it too (0.91-1.04x: bound by memory either way).
- *  December 2026, later: four rows' two lane groups are 8 accumulators, and with the 2 activation
- *  vectors, the 4 rows' weight vectors (V8 loads them ahead) and the odd columns' mask constant V8
- *  ran out of xmm registers: one accumulator lived on the stack, a store and a reload on its
- *  multiply-add chain (`--print-wasm-code`). The wide rows widen their odd columns without the mask
- *  (srcBF16's noMask): from 64 rows in L2, 7168 columns went from 12.8 to 18.3 GMAC/s; from DRAM
- *  (AMD EPYC Zen 5, one process taking turns, medians of 5) 1 thread 1024x7168 13.3 -> 14.9,
- *  7168x7168 12.9 -> 14.9, 512x12288 13.6 -> 15.2; 2 threads +8-12%. Then four rows also beat two
- *  at 3584 and 4096 columns from DRAM (1 thread 1024x4096 12.8-13.7 -> 15.2-15.4; 2560 columns lost
- *  0.87-0.92x, 3072 was even): MM1_WIDE_FROM went from 4096 to 3072. */
+ *  row's activations (4 bytes a column) outgrow L1 past a few thousand columns while rows stream
+ *  through it; the odd columns widen without the mask, which would cost a register (srcBF16's
+ *  noMask). Measurements: docs/TUNING.md "MM1_WIDE_ROWS, MM1_WIDE_FROM" (`tune.js mm1-wide`). */
 export const MM1_WIDE_ROWS = 4;
 export const MM1_WIDE_FROM = 3072;
 export const MM1_MIN_DIST = 8;
 /** Columns per chunk of the single-token product's lane-group passes (rowsBody): the rows' passes
  *  take turns chunk by chunk (pass 1 then pass 2 over columns 0..255, then over 256..511, ...)
  *  instead of each walking the whole row. Each accumulator sees the same multiply-adds in the same
- *  order, so the bytes are the same. Why: a pass is 4 multiply-add chains (2 rows x 2 lane groups)
- *  of 4 cycles each, too few to keep the FMA units busy; two passes over a chunk fit in the reorder
- *  window together, so 8 chains run at once, without the 8 live accumulators that V8 spills.
- *  Measured in one process taking turns (AMD EPYC Zen 5, 1 thread, bf16 2048-column rows, T = 1,
- *  GMAC/s, medians of 11): from DRAM (64 matrices of 2048x2048) whole rows 12.6, chunks of 64
- *  columns 16.3, 128 16.5, 256 16.8, 512 16.2; from L2 (3 matrices of 256x2048) 15.0 / 18.5 / 21.2
- *  / 21.7 / 18.4. k3-medium decode, trunk kernels' time per token, three alternating runs: 1
- *  thread 40.6-50.2 -> 30.2-33.3 ms, 2 threads 31.2-37.1 -> 23.5-26.3 ms. */
+ *  order, so the bytes are the same. Why: two passes over a chunk fit in the reorder window
+ *  together, so 8 multiply-add chains run at once without the 8 live accumulators that V8 spills.
+ *  Measurements: docs/TUNING.md "MM1_CHUNK_COLS" (`tune.js mm1-chunk`). */
 export const MM1_CHUNK_COLS = 256;
 /** mxfp4 rows the single-token matmul decodes (to bf16, into scratch) and then walks side by side,
  *  in two passes over lane groups as MM1_ROWS (6 accumulators live a pass). Why: a row's dot is 4
- *  chains of fused multiply-adds (4 cycles each), so one decoded row at a time waits on them.
- *  - Two rows in one pass (8 accumulators, the choice until December 2026: Intel Xeon, 1 thread,
- *    k3-medium decode 8.9 tok/s with 1 row, 10.2 with 2) leave x86 V8 short of the 16 xmm
- *    registers: two accumulators went to the stack, each multiply-add then waiting on a store and a
- *    reload (`--print-wasm-code`).
- *  - Measured in one process taking turns (AMD EPYC Zen 4, 1 thread, mxfp4 768x1024, T = 1,
- *    GMAC/s, medians): 2 rows one pass 5.5-5.7; 2 rows two passes 7.4; 3 rows two passes 8.6-9.0
- *    (the same from DRAM, 64 matrices); 4 rows two passes 4.6-5.6 (8 live again); 4 rows four passes
- *    5.1-7.6; 6 rows four passes 5.1-7.4. k3-medium decode, experts' kernel time per token: 1 thread
- *    29.5-38 -> 20.8-23 ms, 2 threads 18.5-21 -> 11.7-13.8. */
+ *  chains of fused multiply-adds, so one decoded row at a time waits on them, and more than 6 live
+ *  accumulators spill on x86 V8. Measurements: docs/TUNING.md "MM1_DEC_ROWS" (`tune.js mm1-dec-rows`). */
 export const MM1_DEC_ROWS = 3;
-/** 32-column groups per chunk of the single-token mxfp4 / int4 / fp8 product (addMm1Chunked), which decodes
- *  and dots chunk by chunk instead of decoding whole rows first. Measured in one process taking
- *  turns (AMD EPYC Zen 5, 1 thread, T = 1, GMAC/s, medians of 15): mxfp4 768x1024 from DRAM (64
- *  matrices) whole rows 7.1, chunks of 4 groups 8.6, of 6 8.5, of 8 8.8; from L2 9.9 / 10.7 / 10.9
- *  / 10.9; 1024x768 from DRAM 6.6 / 8.3 (4) / 7.7 (8). k3-medium decode, experts' kernel time per
- *  token, 1 thread, three alternating runs: whole rows 19.5-23.9 ms, chunks of 4 14.4-18.1 (about
- *  0.45 of the trunk's time in the same run against 0.55). A chunk of 4 groups is about 280
- *  instructions of decode (three rows) and as many of dot: the two fit in the reorder window.
- *  2, 4 or 8 groups measured the same for fp8 / int4 2048x7168 and mxfp4 768x1024 (Zen 5). */
+/** 32-column groups per chunk of the single-token mxfp4 / int4 / fp8 product (addMm1Chunked), which
+ *  decodes and dots chunk by chunk instead of decoding whole rows first. Why: a chunk's decode (three
+ *  rows) and dot fit in the reorder window together. Measurements: docs/TUNING.md "MX_CHUNK_GROUPS"
+ *  (`tune.js mx-chunk`). */
 export const MX_CHUNK_GROUPS = 4;
 
 // ---- rows of the single-token path: a row's 4 accumulators per token. Several tokens per row
@@ -365,15 +320,12 @@ function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
 
 /** Rows of a panelled matrix (formats/panels.ts) that the single-token product takes through all
  *  the panels before the next ones: at most this many, their accumulators (64 bytes a row and
- *  token) within PANEL_ACC_BYTES of the thread's scratch. 128, 256, 448 and 896 measured alike
- *  (within the host's noise). */
+ *  token) within PANEL_ACC_BYTES of the thread's scratch. docs/TUNING.md "PANEL_SUB_ROWS". */
 export const PANEL_SUB_ROWS = 128;
 export const PANEL_ACC_BYTES = 896 * 64;
 /** Tokens from which the product of panels first reads a sub-block's run of a panel once (one load
  *  a line, as the tiled path's touchRows), then computes from the caches. Why: from 3 tokens on,
- *  the row pairs' two streams advance too slowly for the prefetchers (1024x7168 from DRAM, T = 3:
- *  0.88-0.93x the row-major product without it, 0.99-1.10x with it; T = 4: 0.88-0.92x -> 0.99-1.07x;
- *  at T = 1 the touch pass costs 0.66-0.70x, at T = 2 it gains less than it costs). */
+ *  the row pairs' two streams advance too slowly for the prefetchers. docs/TUNING.md "PANEL_TOUCH_T". */
 export const PANEL_TOUCH_T = 3;
 
 /**
@@ -385,13 +337,7 @@ export const PANEL_TOUCH_T = 3;
  * steps, so there is no tail). Each lane sees the multiply-adds of the row-major product in the same
  * order, so the bytes are the same. Why: a wide row's activations (4 bytes a column: 28 KB at K3's
  * 7168) do not stay in L1 while rows stream through it; a panel's (7 KB) do, and a panel's rows are
- * long runs of memory. Measured in one process taking turns (AMD EPYC Zen 5, bf16 from DRAM, 192 MB
- * of copies cycled, GMAC/s, medians of 9; a noisy host): T = 1, 1 thread, against the row-major
- * product (the wide path, four rows far apart) 1.02-1.35x (1024x7168, 6144x7168, 7168x12288,
- * 12288x7168; most runs 1.08-1.20x), 2 threads 0.98-1.10x; T = 2 1.01-1.36x, T = 3..7 0.99-1.10x
- * (PANEL_TOUCH_T). K3's real layer widths (2 layers, 2.47 GB of bf16 trunk in panels), decode after
- * an 8- or 64-token prompt, two models in one process taking turns (either loaded first): 1 thread 1.04-1.13x, 2 threads
- * 1.00-1.08x; an 8-token prompt 0.97-1.02x, 64 tokens 0.99-1.00x.
+ * long runs of memory. Measurements: docs/TUNING.md "Column panels".
  */
 function addPanelled(gen: Gen): Fn {
   const f = gen.fnx('mm1p_bf16', MM_PARAMS, null, false);

@@ -45,10 +45,8 @@
 // pairwise add at the end. Where the i32x4 relaxed dot-add is one instruction (loader.ts
 // intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it accumulates each vector instead.
 // Tail blocks in column order: the same per half block. Integer sums are exact, so their order is
-// free: every variant gives the same i32 and the same bytes. Measured
-// (AMD EPYC Zen 4, 1 thread, 2048x2048, T = 1, from L3, GMAC/s): 16.0-16.5 -> 18.3-19.6; k3-medium
-// --fast decode, one process taking turns (with q8.ts's faster mxfp4 dot): 1 thread 45.9-48.1 ->
-// 39.9-41.3 ms a token, 2 threads 27.6 -> 24.7; an 8-token prompt 290 -> 224-234 ms.
+// free: every variant gives the same i32 and the same bytes. Measurements: docs/TUNING.md
+// "Kernel forms: the q7 trunk dot".
 
 import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
 import type { WeightView } from '../../formats/weight.js';

@@ -33,8 +33,8 @@
 // and of the high nibbles, added as i16, then i32x4.dot_i16x8_s with ones: the second operand
 // never has the top bit set, |pair sums| <= 2 * 127 * 24 and the two added <= 12192 never saturate
 // i16, so every platform gives the exact integer (four instructions a block on x86 where the
-// i32x4 relaxed dot-add, which V8 11 emits with a ones vector built each time, took ten: mxfp4 q8
-// at T = 1 13.7 -> 16.5 GMAC/s, AMD EPYC Zen 4, 1 thread). Where that dot-add is one instruction
+// i32x4 relaxed dot-add, which V8 11 emits with a ones vector built each time, took ten;
+// docs/TUNING.md "Kernel forms: the q8 mxfp4 dot"). Where that dot-add is one instruction
 // (loader.ts intDotAddIsOne: Arm64's sdot, x86 AVX-VNNI in newer V8) it is used instead, twice a
 // block: the same integers. Plain SIMD: i16x8.extmul_{low,high}_i8x16_s
 // (|q (n+12)| <= 3048, four added per i16 lane <= 12192, no overflow), then
