@@ -2,6 +2,7 @@
 // list of objects (text_config, linear_attn_config, the top level) and check its type and range,
 // so every bad field becomes one line naming the file and the field.
 
+import * as fs from 'node:fs';
 import { UserError } from '../util/errors.js';
 
 export type Json = Record<string, unknown>;
@@ -112,3 +113,22 @@ export const LIMITS = {
   positions: 1 << 30,
   scaling: 1000,
 } as const;
+
+/** A config file read as one JSON object: a missing file exits 2, any other fault one line. */
+export function readJsonObject(file: string): Json {
+  let raw: string;
+  try {
+    raw = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new UserError(`${file}: cannot read (${code ?? String(e)})`, code === 'ENOENT' ? 2 : 1);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    throw new UserError(`${file}: not valid JSON`);
+  }
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new UserError(`${file}: not a JSON object`);
+  return json as Json;
+}

@@ -8,11 +8,10 @@
 // decoder is K2's, so it parses as arch k2); Kimi Linear / K3 rename DeepSeek's MoE fields; layer
 // lists are 1-based.
 
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../util/errors.js';
 import type { ConfigOverrides, ModelConfig } from './config-types.js';
-import type { Json } from './config-reader.js';
+import { readJsonObject, type Json } from './config-reader.js';
 import { openSource } from './config-sections.js';
 import { parseK2Config } from './config-k2.js';
 import { parseKimiLinearConfig } from './config-kimi.js';
@@ -24,20 +23,7 @@ export { LIMITS } from './config-reader.js';
 /** Read `config.json` from a checkpoint directory (or a path to the file itself). */
 export function loadConfig(dirOrFile: string, overrides: ConfigOverrides = {}): ModelConfig {
   const file = dirOrFile.endsWith('.json') ? dirOrFile : path.join(dirOrFile, 'config.json');
-  let raw: string;
-  try {
-    raw = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    throw new UserError(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? String(e)})`, (e as NodeJS.ErrnoException).code === 'ENOENT' ? 2 : 1);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    throw new UserError(`${file}: not valid JSON`);
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new UserError(`${file}: not a JSON object`);
-  return parseConfig(json as Json, file, overrides);
+  return parseConfig(readJsonObject(file), file, overrides);
 }
 
 export function parseConfig(top: Json, file: string, overrides: ConfigOverrides = {}): ModelConfig {

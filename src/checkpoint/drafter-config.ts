@@ -7,31 +7,16 @@
 //     index transformers' hidden_states tuple (0 = the embeddings), so tap = id - 1.
 // Every field is checked; a field the loader does not know is refused (drafter-fields.ts).
 
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../util/errors.js';
-import { LIMITS, Reader, type Json } from './config-reader.js';
+import { LIMITS, Reader, readJsonObject, type Json } from './config-reader.js';
 import type { DrafterConfig, DrafterFormat, DrafterGqa, DrafterRope } from './drafter-types.js';
 import { DFLASH_FIELDS, DFLASH_SUB_FIELDS, K3_DSPARK_FIELDS, refuseUnknown, SPECULATORS_FIELDS, SPECULATORS_LAYER_FIELDS } from './drafter-fields.js';
 
 /** Read a drafter's `config.json` (a directory, or the file itself). */
 export function loadDrafterConfig(dirOrFile: string): DrafterConfig {
   const file = dirOrFile.endsWith('.json') ? dirOrFile : path.join(dirOrFile, 'config.json');
-  let raw: string;
-  try {
-    raw = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    throw new UserError(`${file}: cannot read (${code ?? String(e)})`, code === 'ENOENT' ? 2 : 1);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    throw new UserError(`${file}: not valid JSON`);
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new UserError(`${file}: not a JSON object`);
-  return parseDrafterConfig(json as Json, file);
+  return parseDrafterConfig(readJsonObject(file), file);
 }
 
 export function drafterFormat(top: Json, file: string): DrafterFormat {
@@ -73,17 +58,24 @@ function readK3Dspark(top: Json, file: string): DrafterConfig {
     rope: readRope(r, file),
     maxPositions: r.pos('max_position_embeddings'),
     taps,
-    stream: readStream(r),
-    tapNorm: r.bool(false, 'fc_norm'),
     targetHiddenSize: r.optInt(hiddenSize, 'target_hidden_size'),
     targetLayers: r.has('target_num_hidden_layers') ? r.pos('target_num_hidden_layers') : null,
+    ...readBlock(r),
+    embedding: 'target', lmHead: 'target', redundantEmbedding: true,
+  };
+}
+
+/** The block, its slots and heads, and the tapped stream, spelled alike by k3_dspark and DFlash. */
+function readBlock(r: Reader): Pick<DrafterConfig, 'stream' | 'tapNorm' | 'block' | 'slots' | 'blockAttention' | 'maskTokenId' | 'markov' | 'confidence'> {
+  return {
+    stream: readStream(r),
+    tapNorm: r.bool(false, 'fc_norm'),
     block: r.pos('block_size'),
     slots: r.bool(true, 'sample_from_anchor') ? 'next' : 'same',
     blockAttention: r.bool(false, 'block_causal') ? 'causal' : 'bidirectional',
     maskTokenId: r.int('mask_token_id'),
     markov: readMarkov(r),
     confidence: readConfidence(r, true, true),
-    embedding: 'target', lmHead: 'target', redundantEmbedding: true,
   };
 }
 
@@ -107,17 +99,10 @@ function readDflash(top: Json, file: string): DrafterConfig {
     file, format: 'dflash', ...layer,
     draftVocabSize: t.optInt(layer.vocabSize, 'draft_vocab_size'),
     taps: needList(r, 'target_layer_ids'),
-    stream: readStream(r),
-    tapNorm: r.bool(false, 'fc_norm'),
     targetHiddenSize: t.optInt(layer.hiddenSize, 'target_hidden_size'),
     targetLayers: r.has('num_target_layers') ? r.pos('num_target_layers') : null,
-    block: r.pos('block_size'),
-    slots: r.bool(true, 'sample_from_anchor') ? 'next' : 'same',
-    blockAttention: r.bool(false, 'block_causal') ? 'causal' : 'bidirectional',
-    maskTokenId: r.int('mask_token_id'),
-    markov: readMarkov(r),
-    // SGLang, which these checkpoints are trained for, builds the head when the field is absent
-    confidence: readConfidence(r, true, true),
+    // SGLang, which these checkpoints are trained for, builds the confidence head when the field is absent
+    ...readBlock(r),
     embedding: 'target', lmHead: 'target', redundantEmbedding: false,
   };
 }
