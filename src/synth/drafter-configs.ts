@@ -1,7 +1,8 @@
-// config.json of the four published K3 DSpark drafters, as the loader reads them (docs/DSPARK.md
-// §1 says which values come from which public source and which ones this project chose), at the
-// real sizes or shrunk to `tiny` for tests. Only the sizes change between the two; every field
-// that says how the drafter attaches to K3 (format, slot layout, stream, block, heads) is kept.
+// config.json of the four published K3 DSpark drafters, as the loader reads them
+// (docs/DSPARK.md §1 says which values come from which public source and which ones this project
+// chose), at the real sizes or shrunk to `tiny` for tests. Only the sizes change between the two;
+// every field that says how the drafter attaches to K3 (format, slot layout, stream, block, heads)
+// is kept.
 
 import type { Json } from '../checkpoint/config-reader.js';
 
