@@ -17,7 +17,7 @@ export type SynthArch = 'k3' | 'kimi_linear' | 'k2' | 'k25';
 export type ExpertsFormat = 'mxfp4' | 'bf16' | 'int4' | 'fp8';
 /**
  * - `tiny`: the dims of the matching golden checkpoint (shared/golden/{k3,kimi-linear,k2-*}).
- * - `demo` (K3): a slightly larger K3 for the README demo (a few MB).
+ * - `demo` (K3): a slightly larger K3 for `k3 demo --random` (docs/DEMO-MODEL.md; a few MB).
  * - `k3-medium` (K3): hidden 2048, 64 experts of 768, vocab 32768 (about 1.5 GB).
  * - `k3-real-layers` (K3): the real K3's layer and expert sizes (17,547,264 B MXFP4 experts) with
  *   few layers / experts (default 4 layers, 32 experts) and the real 163840 vocabulary (about 12 GB).
