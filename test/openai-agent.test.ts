@@ -69,7 +69,7 @@ async function loop(a: number, b: number, stream: boolean): Promise<{ first: Any
   return { first, second, answer: String(second.message.content ?? '').trim(), calledWith: args };
 }
 
-test('the tool loop with the openai client on 100 held-out sums (target 95%, the shipped model makes 74), streamed == non-streamed', { skip, timeout: 900_000 }, async () => {
+test('the tool loop with the openai client on 100 held-out sums (>= 95%), streamed == non-streamed', { skip, timeout: 900_000 }, async () => {
   const held = readTrainInfo(DEMO).held_out.slice(0, 100);
   assert.equal(held.length, 100);
   let right = 0;
@@ -84,6 +84,6 @@ test('the tool loop with the openai client on 100 held-out sums (target 95%, the
     else wrong.push(`${a}+${b}: called ${JSON.stringify(plain.calledWith)}, answered ${JSON.stringify(plain.answer)}`);
   }
   console.log(`tool loop with the openai client: ${right} of 100 held-out sums right`);
-  // the target is 95; the shipped model measures 78.5% on its answers (train.json): see the issue note
-  assert.ok(right >= 70, `${right} of 100 right:\n${wrong.join('\n')}`);
+  // the issue asks for 95 of 100; the shipped model answers from the tool result on 99.5% of 200 held-out sums (train.json)
+  assert.ok(right >= 95, `${right} of 100 right:\n${wrong.join('\n')}`);
 });

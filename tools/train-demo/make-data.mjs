@@ -2,6 +2,10 @@
 // exactly what `k3 serve` renders), and the demo vocabulary learned on it.
 //
 //   node tools/train-demo/make-data.mjs [--out models/train-demo-data] [--seed 1] [--n 60000] [--vocab 1024]
+//          [--tokenizer DIR] [--shares tool=0.45,chat=0.17,...]
+//
+// --tokenizer keeps the vocabulary of DIR (a shipped model) instead of learning one, so that
+// train.py --init DIR can go on from it; --shares changes the mix of KIND_SHARE (renormalized).
 //
 // Writes to --out: tiktoken.model + tokenizer_config.json (256 bytes, vocab - 272 merges learned by
 // byte-level BPE on the rendered conversations, pre-tokenized with the K3 regex, never merging a
@@ -83,9 +87,10 @@ function trainMerges(pieceCounts, count) {
 }
 
 /** Examples of every kind in the shares of KIND_SHARE, for the given pairs. */
-export function drawExamples(r, pairs, n) {
+export function drawExamples(r, pairs, n, shares = KIND_SHARE) {
   const out = [];
-  const kinds = Object.entries(KIND_SHARE);
+  const total = Object.values(shares).reduce((x, y) => x + y, 0);
+  const kinds = Object.entries(shares).map(([k, v]) => [k, v / total]);
   for (let i = 0; i < n; i++) {
     let x = r.next();
     let kind = kinds[kinds.length - 1][0];
@@ -102,6 +107,25 @@ export function drawExamples(r, pairs, n) {
   return out;
 }
 
+/** The demo vocabulary learned on the first 6000 rendered examples (the engine's demo layout). */
+function learnedTokenizer(eng, rendered, vocab) {
+  const counts = new Map();
+  for (const x of rendered.slice(0, 6000)) {
+    const texts = x.text ?? [...x.prompt, ...x.target].filter((s) => !s.special).map((s) => s.text);
+    for (const t of texts) for (const p of eng.splitPieces(t)) {
+      const b = Buffer.from(p, 'utf8').toString('latin1');
+      counts.set(b, (counts.get(b) ?? 0) + 1);
+    }
+  }
+  return eng.demoTokenizerFilesFor(trainMerges(counts, vocab - 256 - NUM_SPECIAL));
+}
+
+/** The vocabulary files of an existing model, unchanged. */
+function keptTokenizer(dir) {
+  const read = (name) => fs.readFileSync(path.join(dir, name), 'utf8');
+  return { 'tiktoken.model': read('tiktoken.model'), 'tokenizer_config.json': read('tokenizer_config.json') };
+}
+
 async function main() {
   const { values } = parseArgs({
     options: {
@@ -111,27 +135,27 @@ async function main() {
       vocab: { type: 'string', default: '1024' },
       'max-len': { type: 'string', default: '320' },
       dist: { type: 'string', default: path.join(ROOT, 'dist') },
+      tokenizer: { type: 'string' },
+      shares: { type: 'string' },
     },
   });
+  const shares = { ...KIND_SHARE };
+  for (const part of values.shares ? values.shares.split(',') : []) {
+    const [k, v] = part.split('=');
+    if (!(k in shares) || !(Number(v) >= 0)) throw new Error(`make-data: --shares: '${part}' is not KIND=NUMBER with KIND one of ${Object.keys(shares).join(', ')}`);
+    shares[k] = Number(v);
+  }
   const eng = await engine(values.dist);
-  const { splitPieces, Tokenizer, encodeK3Segments } = eng;
+  const { Tokenizer, encodeK3Segments } = eng;
   const seed = Number(values.seed);
   const vocab = Number(values.vocab);
   const maxLen = Number(values['max-len']);
   const [train, held] = splitPairs(seed);
   const r = rng(seed * 7919 + 1);
-  const examples = drawExamples(r, train, Number(values.n));
+  const examples = drawExamples(r, train, Number(values.n), shares);
   const rendered = examples.map((ex) => (ex.kind === 'raw' ? { text: [rawPrompt(ex.a, ex.b), rawAnswer(ex.a, ex.b)] } : renderExample(eng, ex)));
 
-  const counts = new Map();
-  for (const x of rendered.slice(0, 6000)) {
-    const texts = x.text ?? [...x.prompt, ...x.target].filter((s) => !s.special).map((s) => s.text);
-    for (const t of texts) for (const p of splitPieces(t)) {
-      const b = Buffer.from(p, 'utf8').toString('latin1');
-      counts.set(b, (counts.get(b) ?? 0) + 1);
-    }
-  }
-  const files = eng.demoTokenizerFilesFor(trainMerges(counts, vocab - 256 - NUM_SPECIAL)); // the engine's demo layout
+  const files = values.tokenizer ? keptTokenizer(values.tokenizer) : learnedTokenizer(eng, rendered, vocab);
   fs.mkdirSync(values.out, { recursive: true });
   for (const [name, text] of Object.entries(files)) fs.writeFileSync(path.join(values.out, name), text);
   const tok = new Tokenizer(files['tiktoken.model'], files['tokenizer_config.json']);
