@@ -17,6 +17,9 @@ export interface StepReport {
   accepted?: number;
   emitted?: number;
   gb_read_per_emitted_token?: number;
+  /** The drafted ids, and the id K3 chose after the accepted ones (null: the sweep stopped first). */
+  drafted_ids?: number[];
+  next_id?: number | null;
 }
 
 /** Speculative decoding totals over the decode steps (sweeps). */
@@ -120,13 +123,13 @@ export class RunRecorder {
   }
 
   /** Call after step() for a speculative sweep: what it drafted, accepted and emitted. */
-  sweepDone(drafted: number, accepted: number, emitted: number): void {
+  sweepDone(drafted: number, accepted: number, emitted: number, draftedIds?: readonly number[], nextId?: number | null): void {
     const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0 });
     sp.drafted += drafted;
     sp.accepted += accepted;
     sp.extra += emitted - 1;
     const s = this.steps[this.steps.length - 1];
-    if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted });
+    if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted }, draftedIds ? { drafted_ids: [...draftedIds], next_id: nextId ?? null } : {});
   }
 
   summary(): RunSummary {

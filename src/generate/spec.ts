@@ -7,6 +7,7 @@
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
+import type { Taps } from '../model/taps.js';
 import type { Drafter } from './draft.js';
 import { argmax, type GenerateOptions, type GreedyResult } from './greedy.js';
 import { prefill } from './prefill.js';
@@ -33,17 +34,17 @@ export interface SweepResult {
  * the bonus token is emitted, or emit stops. The state then holds `pending` and the accepted
  * drafts before the last emitted id, as decode would. With no drafts it is a plain decode step.
  */
-export async function sweep(model: Model, state: SequenceState, pending: number, drafts: readonly number[], choose: Choose, emit: (id: number) => boolean): Promise<SweepResult> {
+export async function sweep(model: Model, state: SequenceState, pending: number, drafts: readonly number[], choose: Choose, emit: (id: number) => boolean, taps?: Taps): Promise<SweepResult> {
   const V = model.config.vocabSize;
   const feed = [pending, ...drafts];
   if (drafts.length === 0) {
-    const logits = await model.forward(state, feed, 'last');
+    const logits = await model.forward(state, feed, 'last', 64, taps);
     return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined).id) };
   }
   model.startSweep(state);
   let emitted = 0, accepted = 0, stopped = false;
   try {
-    const logits = await model.forward(state, feed, 'all', feed.length);
+    const logits = await model.forward(state, feed, 'all', feed.length, taps);
     for (let i = 0; i <= drafts.length; i++) {
       const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i]);
       emitted++;
@@ -94,6 +95,8 @@ export interface SpecOptions extends GenerateOptions {
   /** Most tokens drafted per sweep (>= 1). */
   spec: number;
   drafter: Drafter;
+  /** Draft `spec` tokens every sweep (fewer only near the token limit), never backing off (--spec-width). */
+  fixedWidth?: boolean;
   /** Decide a draft from its position's logits (default: accepted when `pick` chooses it). */
   accept?: (logits: Float32Array, draft: number, generated: readonly number[]) => Choice;
 }
@@ -114,7 +117,8 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     return opts.onToken?.(id) === true || generated.length >= n;
   };
   const t0 = performance.now();
-  const logits = await prefill(model, state, prompt, opts.chunk, opts.signal);
+  const taps = opts.drafter.taps;
+  const logits = await prefill(model, state, prompt, opts.chunk, opts.signal, taps);
   const prefillSeconds = (performance.now() - t0) / 1000;
   const stepSeconds: number[] = [];
   // stopped within the prompt: the report counts the tokens that went in
@@ -128,14 +132,17 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     await new Promise((r) => setImmediate(r));
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
-    const room = gate.allow(Math.min(opts.spec, n - generated.length - 1));
+    const most = Math.min(opts.spec, n - generated.length - 1);
+    const room = opts.fixedWidth ? most : gate.allow(most);
     const drafts = room > 0 ? opts.drafter.draft([...prompt, ...generated], room) : [];
     const s = performance.now();
-    const r = await sweep(model, state, pending, drafts, choose, emit);
+    const r = await sweep(model, state, pending, drafts, choose, emit, taps);
     stepSeconds.push((performance.now() - s) / 1000);
     gate.result(r.drafted, r.accepted);
     opts.recorder?.step(pending);
-    opts.recorder?.sweepDone(r.drafted, r.accepted, r.emitted);
+    // the id K3 chose after the accepted drafts (refusal or bonus), unless a stop came first
+    const next = r.emitted > r.accepted ? generated[generated.length - 1]! : null;
+    opts.recorder?.sweepDone(r.drafted, r.accepted, r.emitted, drafts, next);
     stopped = r.stopped;
   }
   return { generated, prefillSeconds, stepSeconds };
