@@ -18,6 +18,8 @@ import { greedy } from '../src/generate/greedy.js';
 import { ReplayDrafter, type Drafter } from '../src/generate/draft.js';
 import { speculative } from '../src/generate/spec.js';
 import { RunRecorder } from '../src/generate/report.js';
+import { acceptDraftFrom } from '../src/generate/spec-sample.js';
+import { Rng, Sampler } from '../src/generate/sampling.js';
 import { loadDSparkReference } from '../src/generate/dspark-draft.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { DRAFTER_LAYOUTS, synthDrafter } from '../src/synth/drafter.js';
@@ -163,4 +165,56 @@ test('k3 run --drafter --json lists every sweep; --spec-width fixes the width; r
   const wide = run('--drafter', golden!.drafters[1]!, '--spec-width', '6');
   assert.equal(wide.status, 2);
   assert.match(wide.stderr, /more than the drafter's block of 5/);
+});
+
+/** A draw from q (probabilities over the vocabulary). */
+function drawFrom(q: ArrayLike<number>, rng: Rng): number {
+  const u = rng.nextFloat();
+  let cum = 0;
+  for (let i = 0; i < q.length; i++) if (u < (cum += q[i]!)) return i;
+  return q.length - 1;
+}
+
+test("sampled DSpark drafts: the acceptance rule with the drafter's own q keeps K3's distribution; a seed gives one text", async () => {
+  const [golden] = await targets();
+  const model = Model.open(golden!.dir, { ctx: 64 });
+  const V = model.config.vocabSize;
+  const dspark = loadDSparkReference(model, golden!.drafters[2]!);
+  dspark.sampleFrom(1, 5);
+  const ids = [3, 17, 101, 5, 250, 42, 7, 99];
+  const s = model.newState();
+  const last = await model.forward(s, ids, 'last', 64, dspark.taps);
+  let pending = 0;
+  for (let i = 1; i < V; i++) if (last[i]! > last[pending]!) pending = i;
+  dspark.draft([...ids, pending], 3);
+  const logits = await model.forward(s, [pending], 'last', 64, dspark.taps); // p at the first proposal's position
+  const sampler = new Sampler({ temperature: 1, seed: 11 });
+  const { ids: order, probs } = sampler.distribution(logits, [], V);
+  const p = new Float64Array(V);
+  order.forEach((id, i) => (p[id] = probs[i]!));
+  const drafterQ = dspark.lastQ[0]!;
+  const mixed = p.map((x) => 0.5 * x + 0.5 / V); // a q close to p: most drafts accepted
+  const N = 40000;
+  const rng = new Rng(3);
+  for (const [name, q] of [['drafter q', drafterQ], ['q near p', mixed]] as const) {
+    const counts = new Float64Array(V);
+    let accepted = 0;
+    for (let n = 0; n < N; n++) {
+      const c = acceptDraftFrom(sampler, logits, drawFrom(q, rng), q, [], V);
+      counts[c.id]!++;
+      if (c.accepted) accepted++;
+    }
+    let worst = 0;
+    for (let v = 0; v < V; v++) worst = Math.max(worst, Math.abs(counts[v]! / N - p[v]!));
+    assert.ok(worst < 0.01, `${name}: emitted ids distributed as p (worst gap ${worst})`);
+    const expect = p.reduce((a, x, v) => a + Math.min(x, q[v]!), 0);
+    assert.ok(Math.abs(accepted / N - expect) < 0.01, `${name}: acceptance ${accepted / N} vs sum min(p, q) ${expect}`);
+  }
+  await model.close();
+  // through k3 run: the drafter samples its block, a seed gives the same text
+  const run = (seed: string) => spawnSync(process.execPath, [CLI, 'run', golden!.dir, '--ids', ids.join(','), '-n', '10', '--json', '--drafter', golden!.drafters[2]!, '--spec-width', '3', '--temperature', '1.5', '--seed', seed], { encoding: 'utf8' });
+  const a = run('7');
+  assert.equal(a.status, 0, a.stderr);
+  assert.deepEqual(JSON.parse(a.stdout).generated_ids, JSON.parse(run('7').stdout).generated_ids);
+  assert.ok(JSON.parse(a.stdout).spec.drafted > 0);
 });

@@ -12,6 +12,7 @@ import type { Model } from '../model/model.js';
 import type { Taps } from '../model/taps.js';
 import { UserError } from '../util/errors.js';
 import type { Drafter } from './draft.js';
+import { Rng } from './sampling.js';
 
 /** Proposes the Markov head's block from K3's tapped states of every position before the anchor. */
 export class DSparkDrafter implements Drafter {
@@ -19,6 +20,9 @@ export class DSparkDrafter implements Drafter {
   private readonly rows: Float64Array[] = [];
   /** Per proposal of the last block: the confidence head's estimate (null without the head). */
   lastConfidence: number[] | null = null;
+  /** Per proposal of the last block when sampling: the distribution it was drawn from (over the vocabulary). */
+  lastQ: Float64Array[] = [];
+  private sampling: { temperature: number; rng: Rng } | null = null;
   readonly taps: Taps;
 
   constructor(
@@ -43,11 +47,43 @@ export class DSparkDrafter implements Drafter {
     };
   }
 
+  /**
+   * Draw each proposal from q = softmax(scores / temperature) (scores: logits + Markov bias; the
+   * Markov walk goes on from the drawn id) instead of taking the argmax, with its own seeded
+   * generator: for sampled output, verified with acceptDraftFrom against lastQ.
+   */
+  sampleFrom(temperature: number, seed: number | bigint): void {
+    if (!(temperature > 0)) throw new Error(`dspark: sampling temperature ${temperature} is not > 0`);
+    this.sampling = { temperature, rng: new Rng(seed) };
+  }
+
+  /** A draw from softmax(scores / temperature), kept in lastQ. */
+  private draw(scores: Float64Array): number {
+    const { temperature, rng } = this.sampling!;
+    let m = -Infinity;
+    for (const v of scores) m = Math.max(m, v / temperature);
+    const q = scores.map((v) => Math.exp(v / temperature - m));
+    const z = q.reduce((a, b) => a + b, 0);
+    for (let i = 0; i < q.length; i++) q[i]! /= z;
+    this.lastQ.push(q);
+    const u = rng.nextFloat();
+    let cum = 0;
+    let last = 0;
+    for (let i = 0; i < q.length; i++) {
+      if (q[i]! === 0) continue;
+      cum += q[i]!;
+      last = i;
+      if (u < cum) return i;
+    }
+    return last;
+  }
+
   /** The block for anchor = the context's last id (emitted, not yet in K3's state), first `max` proposals. */
   draft(context: readonly number[], max: number): number[] {
     const anchorPosition = context.length - 1;
     if (anchorPosition < 0 || max <= 0) return [];
     for (let p = 0; p < anchorPosition; p++) if (!this.rows[p]) throw new Error(`dspark: no tapped state for position ${p} (the forward ran without the drafter's taps)`);
+    this.lastQ = [];
     const out = draftBlock(this.config, this.weights, {
       context: this.rows.slice(0, anchorPosition),
       contextPositions: Array.from({ length: anchorPosition }, (_, i) => i),
@@ -55,6 +91,7 @@ export class DSparkDrafter implements Drafter {
       anchorPosition,
       embed: this.embedRow,
       lmHead: this.lmHead,
+      ...(this.sampling ? { choose: (sc: Float64Array) => this.draw(sc) } : {}),
     });
     this.lastConfidence = out.confidence;
     return out.tokens.slice(0, max);

@@ -18,8 +18,8 @@ export interface Choice {
   accepted: boolean;
 }
 
-/** Picks the id at a sweep position given its logits and the draft there (undefined at the last position). */
-export type Choose = (logits: Float32Array, draft: number | undefined) => Choice;
+/** Picks the id at a sweep position given its logits and the draft there (undefined at the last position); i: the position in the sweep. */
+export type Choose = (logits: Float32Array, draft: number | undefined, i: number) => Choice;
 
 export interface SweepResult {
   drafted: number;
@@ -39,14 +39,14 @@ export async function sweep(model: Model, state: SequenceState, pending: number,
   const feed = [pending, ...drafts];
   if (drafts.length === 0) {
     const logits = await model.forward(state, feed, 'last', 64, taps);
-    return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined).id) };
+    return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined, 0).id) };
   }
   model.startSweep(state);
   let emitted = 0, accepted = 0, stopped = false;
   try {
     const logits = await model.forward(state, feed, 'all', feed.length, taps);
     for (let i = 0; i <= drafts.length; i++) {
-      const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i]);
+      const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i], i);
       emitted++;
       if (c.accepted) accepted++;
       stopped = emit(c.id);
@@ -97,8 +97,8 @@ export interface SpecOptions extends GenerateOptions {
   drafter: Drafter;
   /** Draft `spec` tokens every sweep (fewer only near the token limit), never backing off (--spec-width). */
   fixedWidth?: boolean;
-  /** Decide a draft from its position's logits (default: accepted when `pick` chooses it). */
-  accept?: (logits: Float32Array, draft: number, generated: readonly number[]) => Choice;
+  /** Decide a draft from its position's logits (default: accepted when `pick` chooses it); i: the draft's index in the sweep. */
+  accept?: (logits: Float32Array, draft: number, generated: readonly number[], i: number) => Choice;
 }
 
 /** `greedy` with speculation: same prefill, then sweeps; the same ids as greedy for a deterministic pick. */
@@ -106,9 +106,9 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   const V = model.config.vocabSize;
   const pick = opts.pick ?? ((l: Float32Array) => argmax(l, 0, V));
   const generated: number[] = [];
-  const choose: Choose = (logits, draft) => {
+  const choose: Choose = (logits, draft, i) => {
     if (draft === undefined) return { id: pick(logits, generated), accepted: false };
-    if (opts.accept) return opts.accept(logits, draft, generated);
+    if (opts.accept) return opts.accept(logits, draft, generated, i);
     const id = pick(logits, generated);
     return { id, accepted: id === draft };
   };
@@ -125,7 +125,7 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   opts.recorder?.prefillDone(logits ? prompt.length : state.position);
   if (!logits) return { generated, prefillSeconds, stepSeconds };
   const gate = new DraftGate();
-  let stopped = emit(choose(logits, undefined).id);
+  let stopped = emit(choose(logits, undefined, 0).id);
   opts.recorder?.firstToken();
   while (!stopped) {
     // Let the event loop run between sweeps (a SIGINT handler or a closed stdout is seen there).
