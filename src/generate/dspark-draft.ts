@@ -1,5 +1,5 @@
-// DSpark drafts (issue 46, item 3) on the REFERENCE path: the drafter's float64 forward
-// (model/dspark-ref.ts), its weights and K3's embedding / lm_head held as float64. Right for the
+// DSpark drafts (issue 46, item 3; docs/DSPARK.md §7) on the REFERENCE path: the drafter's float64
+// forward (model/dspark-ref.ts), its weights and K3's embedding / lm_head held as float64. Right for the
 // tiny synthesized drafters the tests use, far too slow and big for the published ones (those wait
 // for the drafter on the kernels). The drafts only decide what K3 verifies, never what is emitted.
 
