@@ -122,8 +122,12 @@ test("the drafter's context after partly accepted sweeps is the taps of a fresh 
       return replay.draft(context, max);
     },
   };
-  const r = await speculative(model, model.newState(), ids, GEN, { spec: 4, fixedWidth: true, drafter: mixed });
+  const recorder = new RunRecorder(model.store);
+  const r = await speculative(model, model.newState(), ids, GEN, { spec: 4, fixedWidth: true, drafter: mixed, recorder });
   assert.deepEqual(r.generated, ref.generated);
+  // half of each replayed draft is right: the first positions accepted, the later ones not
+  const sp = recorder.summary().spec!;
+  assert.ok(sp.acceptance_by_position[0]! > 0 && sp.acceptance_by_position.at(-1)! === 0, `per position ${sp.acceptance_by_position}`);
   assert.ok(blocks.length >= 3);
   for (const b of blocks) {
     // a fresh drafter, its taps from one forward over the context but its last id (the anchor)
@@ -148,6 +152,11 @@ test('k3 run --drafter --json lists every sweep; --spec-width fixes the width; r
   const j = JSON.parse(r.stdout);
   assert.deepEqual(j.generated_ids, plain.generated_ids);
   assert.equal(j.steps.length, j.spec.sweeps);
+  assert.equal(j.spec.acceptance_by_position.length, 2, 'acceptance per draft position');
+  for (const [k, a] of j.spec.acceptance_by_position.entries()) {
+    const at = j.steps.filter((st: { drafted: number }) => st.drafted > k);
+    assert.equal(a, at.filter((st: { accepted: number }) => st.accepted > k).length / at.length, `position ${k}`);
+  }
   let done = 1; // the first id comes from the prefill
   for (const [i, st] of j.steps.entries()) {
     assert.equal(st.drafted_ids.length, Math.min(2, 8 - done - 1), `sweep ${i}: width`);

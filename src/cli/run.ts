@@ -106,7 +106,7 @@ MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run
 (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
 JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
 (stop_reason: stop_token, stop_string, max_tokens, context or interrupted); with --spec also
-"spec": {sweeps, drafted, accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted,
+"spec": {sweeps, drafted, accepted, acceptance, tokens_per_sweep, acceptance_by_position}, and per step drafted, accepted,
 emitted, gb_read_per_emitted_token, and (--spec, --drafter) drafted_ids and next_id (the id K3 chose
 after the accepted drafts; null when the sweep stopped first). Generation stops when prompt + generated tokens reach --ctx
 (stop_reason context); without --ctx the memory plan is made for prompt + N tokens when -n / --gen
