@@ -9,8 +9,9 @@ import { greedy } from '../generate/greedy.js';
 import { RunRecorder } from '../generate/report.js';
 import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
-import { acceptDraft } from '../generate/spec-sample.js';
+import { acceptDraft, acceptDraftFrom } from '../generate/spec-sample.js';
 import { SuffixDrafter } from '../generate/suffix-draft.js';
+import { loadDSparkReference } from '../generate/dspark-draft.js';
 import type { TextStopper } from '../generate/stop.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { UserError } from '../util/errors.js';
@@ -20,7 +21,12 @@ import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } f
 export async function generateAlone(model: Model, prompt: number[], opts: JobOptions, chunk: number, sampler: Sampler, stopper: TextStopper, onToken: (e: TokenEvent) => void): Promise<GenerationResult> {
   const V = model.config.vocabSize;
   const c = opts.constraint;
-  if (c && (opts.spec ?? 0) > 0) throw new UserError('speculative decoding (spec) cannot be combined with constrained output');
+  if (c && ((opts.spec ?? 0) > 0 || opts.drafter !== undefined)) throw new UserError('speculative decoding (spec, drafter) cannot be combined with constrained output');
+  const dspark = opts.drafter !== undefined ? loadDSparkReference(model, opts.drafter) : null;
+  const block = dspark?.config.block ?? 0;
+  if ((opts.specWidth ?? 0) > block) throw new UserError(`specWidth ${opts.specWidth} is more than the drafter's block of ${block}`);
+  // sampled output: the drafter samples its block at the sampler's temperature (its own stream of the seed)
+  if (dspark && !sampler.greedy) dspark.sampleFrom(sampler.opts.temperature, BigInt(sampler.opts.seed) ^ 0x44537061726bn);
   const s = sampler.opts;
   const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
   const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);
@@ -31,10 +37,11 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
   let tFirst = t0;
   const state = model.newState();
   try {
-    const spec = opts.spec ?? 0;
+    const spec = dspark ? (opts.specWidth ?? block) : (opts.spec ?? 0);
     const r = await (spec > 0 ? speculative : greedy)(model, state, prompt, opts.maxTokens, {
       spec,
-      drafter: new SuffixDrafter(),
+      drafter: dspark ?? new SuffixDrafter(),
+      fixedWidth: opts.specWidth !== undefined,
       chunk,
       recorder,
       signal: opts.signal,
@@ -45,9 +52,10 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
         c.accept(id);
         return id;
       },
-      accept: (logits, draft, generated) => {
+      accept: (logits, draft, generated, i) => {
         chosenFrom = logits;
-        return acceptDraft(sampler, logits, draft, history(generated), V);
+        const q = dspark?.lastQ[i];
+        return q ? acceptDraftFrom(sampler, logits, draft, q, history(generated), V) : acceptDraft(sampler, logits, draft, history(generated), V);
       },
       onToken: (id) => {
         if (stopper.ids.length === 0) tFirst = performance.now();

@@ -85,7 +85,7 @@ export class Engine {
     const sampler = new Sampler(opts.sampling);
     const stopIds = opts.constraint ? [...opts.stopIds, ...opts.constraint.stopIds] : opts.stopIds;
     const stopper = new TextStopper(this.tok, { stopIds, stopStrings: opts.stopStrings, maxTokens: opts.maxTokens });
-    if ((opts.spec ?? 0) > 0 || opts.report) return this.alone(prompt, opts, sampler, stopper, onToken);
+    if ((opts.spec ?? 0) > 0 || opts.drafter !== undefined || opts.report) return this.alone(prompt, opts, sampler, stopper, onToken);
     return new Promise((done, fail) => {
       const now = performance.now();
       this.queue.push({ prompt, opts, sampler, stopper, onToken, done, fail, state: null, logits: null, cached: 0, t0: now, tStart: now, tFirst: now, tPrompt: now, prefilled: false });

@@ -44,6 +44,10 @@ export interface JobOptions {
   signal?: AbortSignal;
   /** Speculative decoding: draft up to this many tokens per step (the longest earlier match in the text: suffix-draft.ts), verified in one forward. Runs alone. */
   spec?: number;
+  /** A DSpark drafter directory, drafting on the reference path (GenerateOptions.drafter). Runs alone. */
+  drafter?: string;
+  /** With drafter: proposals verified every sweep (GenerateOptions.specWidth). */
+  specWidth?: number;
   /** Record the run report (GenerationResult.report). Runs alone, so the read counters are this run's. */
   report?: boolean;
   /** Only ids it allows are chosen (as if the others' logits were -Infinity); one per request, it keeps the reply's state. */

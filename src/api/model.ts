@@ -29,6 +29,13 @@ export interface GenerateOptions extends SamplingOptions {
   /** Speculative decoding: draft up to N tokens per step from the longest earlier match in the text so far, verify
    *  them in one forward (greedy output is the same bytes; sampled keeps its distribution). Runs alone. */
   spec?: number;
+  /** A DSpark drafter directory (docs/DSPARK.md): its block proposals, drafted from K3's tapped states, verified in one
+   *  forward per sweep (greedy output is the same bytes). Its forward runs on the float64 REFERENCE path: small
+   *  drafters only. Runs alone; not with `spec` (the suffix drafter). */
+  drafter?: string;
+  /** With `drafter`: verify exactly this many proposals every sweep (at most its block; default the block, backing
+   *  off while nothing is accepted). */
+  specWidth?: number;
   /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs alone. */
   report?: boolean;
   /** Hold the output to a grammar (e.g. k3ReplyConstraint); one per generation. Not with `spec`. */
@@ -211,7 +218,12 @@ export class KimiModel {
     if ((o.stop?.length ?? 0) > 0) this.needTok('stop strings');
     const spec = o.spec ?? 0;
     if (!Number.isSafeInteger(spec) || spec < 0) throw new UserError(`spec must be an integer >= 0, got ${spec}`);
-    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal, spec, report: o.report, constraint: o.constraint };
+    if (o.drafter !== undefined && spec > 0) throw new UserError('drafter and spec are exclusive (spec drafts from the text, drafter from a DSpark checkpoint)');
+    if (o.specWidth !== undefined) {
+      if (o.drafter === undefined) throw new UserError('specWidth needs a drafter');
+      if (!Number.isSafeInteger(o.specWidth) || o.specWidth < 0) throw new UserError(`specWidth must be an integer >= 0, got ${o.specWidth}`);
+    }
+    return { sampling: o, maxTokens, stopIds: ignoreEos ? [] : this.stopIds(), stopStrings: o.stop, logprobs: o.logprobs, signal: o.signal, spec, drafter: o.drafter, specWidth: o.specWidth, report: o.report, constraint: o.constraint };
   }
 
   /** A conversation that keeps its state between turns (save / load / reset), as `k3 chat`. */

@@ -106,14 +106,21 @@ MODEL or in --tok DIR. Prints the generated text (or ids) as they come and a run
 (s/token, bytes read per token by kind, I/O wait share, peak RSS) on stderr; --json prints one
 JSON object: {"prompt_ids", "generated_ids", "text", "stop_reason", "seconds_per_token", "steps", ...}
 (stop_reason: stop_token, stop_string, max_tokens, context or interrupted); with --spec also
-"spec": {sweeps, drafted, accepted, acceptance, tokens_per_sweep}, and per step drafted, accepted,
-emitted, gb_read_per_emitted_token. Generation stops when prompt + generated tokens reach --ctx
+"spec": {sweeps, drafted, accepted, acceptance, tokens_per_sweep, acceptance_by_position}, and per step drafted, accepted,
+emitted, gb_read_per_emitted_token, and (--spec, --drafter) drafted_ids and next_id (the id K3 chose
+after the accepted drafts; null when the sweep stopped first). Generation stops when prompt + generated tokens reach --ctx
 (stop_reason context); without --ctx the memory plan is made for prompt + N tokens when -n / --gen
 is given. Ctrl-C stops at the next token and prints what was generated and the report (exit 130).
 The report compares peak RSS with the budget: above it, one warning line on stderr and
 "over_budget": true in --json (docs/MEMORY.md says what the plan counts).
 
   --strict-memory        exit 5 (after the output and report) when peak RSS ended above the budget
+  --drafter DIR     draft with a DSpark checkpoint (docs/DSPARK.md): its block of proposals from K3's
+                    tapped states, verified in one forward; greedy output is the same bytes as
+                    without. Its forward is the float64 REFERENCE path: small drafters only
+                    (k3 synth --drafter LAYOUT --target MODEL). Not with --spec
+  --spec-width N    with --drafter: verify exactly N proposals every sweep (default: the block,
+                    pausing while nothing is accepted)
 
   -p, --prompt TEXT      the prompt
   -f, --prompt-file F    the prompt from a file (- = stdin)
@@ -133,7 +140,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'run',
       args,
-      { 'strict-memory': { type: 'boolean' }, ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      { 'strict-memory': { type: 'boolean' }, ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, drafter: { type: 'string' }, 'spec-width': { type: 'string' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -143,6 +150,9 @@ ${MODEL_HELP}`,
     const gen = parseIntFlag('run', values['max-tokens'] !== undefined ? 'max-tokens' : 'gen', values['max-tokens'] ?? values.gen, 16, 1);
     const sampler = new Sampler(samplingFromFlags('run', values));
     const spec = parseIntFlag('run', 'spec', values.spec, 0, 0);
+    if (values.drafter !== undefined && values.spec !== undefined) throw new UserError('run: --drafter and --spec are exclusive');
+    if (values['spec-width'] !== undefined && values.drafter === undefined) throw new UserError('run: --spec-width needs --drafter');
+    const specWidth = values['spec-width'] === undefined ? undefined : parseIntFlag('run', 'spec-width', values['spec-width'], 0, 0);
     if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
     if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
     if (values['no-thinking'] && !values.chat) throw new UserError('run: --no-thinking needs --chat');
@@ -177,7 +187,7 @@ ${MODEL_HELP}`,
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];
       const show = values.printable && tok ? printable(tok) : (s: string) => s;
       let printed = 0;
-      const g = kimi.generate(ids, { ...sampler.opts, maxTokens: Math.min(gen, room), stop: stopStrings, ignoreEos: !stopAtEos, spec, report: true, signal: interrupt });
+      const g = kimi.generate(ids, { ...sampler.opts, maxTokens: Math.min(gen, room), stop: stopStrings, ignoreEos: !stopAtEos, spec, drafter: values.drafter, specWidth, report: true, signal: interrupt });
       for await (const ev of g) {
         if (values.json) continue;
         process.stdout.write(tok ? show(ev.text) : `${ev.id} `);

@@ -4,10 +4,11 @@ import { UserError } from '../util/errors.js';
 import { MiB, formatBytes } from '../util/format.js';
 import { progressLine } from '../util/progress.js';
 import { stopOnSignals } from './signals.js';
+import { loadConfig } from '../api/diagnostics.js';
 import { ARCHS, DRAFTER_LAYOUTS, EXPERTS_FORMATS, PRESETS, synthCheckpoint, synthDrafter, type DrafterLayout, type ExpertsFormat, type SynthArch, type SynthOptions, type SynthPreset } from '../api/checkpoint-tools.js';
 
 const HELP = `usage: k3 synth --arch k3|kimi_linear|k2|k25 --out DIR [options]
-       k3 synth --drafter inferact|inferact-block5|radixark|redhatai --out DIR [--preset tiny|real] [--config-only] [--seed N] [--force]
+       k3 synth --drafter inferact|inferact-block5|radixark|redhatai --out DIR [--preset tiny|real | --target MODEL] [--config-only] [--seed N] [--force]
 
 Write a random checkpoint in the exact official layout of the architecture: config.json,
 safetensors shards (+ model.safetensors.index.json when sharded) and synth.json (the options).
@@ -37,7 +38,9 @@ options:
 --drafter L writes a DSpark drafter in the layout of a published one (docs/DSPARK.md): config.json
 and model.safetensors with every tensor its config implies, random BF16. --preset tiny (default,
 for a 4-layer 64-wide target) or real (the published sizes: 4.5-9.5 GB; with --config-only, the
-config alone, enough for k3 plan --drafter).`;
+config alone, enough for k3 plan --drafter). --target MODEL fits the tiny sizes to that K3 checkpoint
+(its hidden size, depth and vocabulary; the taps spread over its layers): a drafter k3 run --drafter
+can use with it.`;
 
 export const command: Command = {
   summary: 'write a random checkpoint in the official K3 / Kimi Linear / K2 / K2.5 layout',
@@ -58,6 +61,7 @@ export const command: Command = {
       force: { type: 'boolean' },
       json: { type: 'boolean' },
       drafter: { type: 'string' },
+      target: { type: 'string' },
       'config-only': { type: 'boolean' },
     });
     if (positionals.length > 0) throw new UserError(`synth: unexpected argument ${JSON.stringify(positionals[0])} (k3 synth --help)`);
@@ -116,14 +120,18 @@ export const command: Command = {
 };
 
 /** `k3 synth --drafter LAYOUT`: a drafter directory (src/synth/drafter.ts). */
-async function runDrafter(values: { drafter?: string; out?: string; preset?: string; seed?: string; force?: boolean; json?: boolean; 'config-only'?: boolean; arch?: string }): Promise<number> {
+async function runDrafter(values: { drafter?: string; out?: string; preset?: string; seed?: string; force?: boolean; json?: boolean; 'config-only'?: boolean; arch?: string; target?: string }): Promise<number> {
   const layout = values.drafter as DrafterLayout;
   if (!DRAFTER_LAYOUTS.includes(layout)) throw new UserError(`synth: --drafter must be one of ${DRAFTER_LAYOUTS.join(', ')}, got ${JSON.stringify(values.drafter)}`);
   if (values.arch !== undefined) throw new UserError('synth: --drafter and --arch are exclusive');
   if (!values.out) throw new UserError('synth: --out DIR is required');
   const dims = values.preset ?? 'tiny';
   if (dims !== 'tiny' && dims !== 'real') throw new UserError(`synth: --preset with --drafter must be tiny or real, got ${JSON.stringify(values.preset)}`);
-  const r = await synthDrafter({ layout, out: values.out, dims, configOnly: values['config-only'] === true, seed: values.seed === undefined ? undefined : parseIntFlag('synth', 'seed', values.seed, 1, 0), force: values.force === true });
+  if (values.target !== undefined && values.preset !== undefined) throw new UserError('synth: --target and --preset are exclusive (--target fits the tiny sizes to the model)');
+  const t = values.target === undefined ? undefined : loadConfig(values.target);
+  if (t && t.layers.length < 4) throw new UserError(`synth: --target ${values.target} has ${t.numLayers} layers; a drafter's taps need at least 4`);
+  const target = t ? { hidden: t.hiddenSize, layers: t.numLayers, vocab: t.vocabSize } : undefined;
+  const r = await synthDrafter({ layout, out: values.out, dims, target, configOnly: values['config-only'] === true, seed: values.seed === undefined ? undefined : parseIntFlag('synth', 'seed', values.seed, 1, 0), force: values.force === true });
   if (values.json) console.log(JSON.stringify({ dir: r.dir, layout, preset: dims, tensors: r.tensors, bytes: r.bytes }));
   else console.log(`synth: wrote ${r.dir} (${layout} drafter, ${dims}${values['config-only'] ? ', config only' : ''}): ${r.tensors} tensors, ${formatBytes(r.bytes)}`);
   return 0;

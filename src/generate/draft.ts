@@ -1,9 +1,13 @@
 // Drafters for speculative decoding (spec.ts): cheap guesses of the next tokens, checked by the
 // model in one multi-token forward. A guess only decides what is verified, never what is emitted.
 
+import type { Taps } from '../model/taps.js';
+
 /** Proposes up to `max` tokens to follow `context` (the prompt and everything emitted so far). */
 export interface Drafter {
   draft(context: readonly number[], max: number): number[];
+  /** K3's hidden states this drafter reads: every forward of the generation hands them out (taps.ts). */
+  readonly taps?: Taps;
 }
 
 /**

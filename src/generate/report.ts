@@ -17,6 +17,9 @@ export interface StepReport {
   accepted?: number;
   emitted?: number;
   gb_read_per_emitted_token?: number;
+  /** The drafted ids, and the id K3 chose after the accepted ones (null: the sweep stopped first). */
+  drafted_ids?: number[];
+  next_id?: number | null;
 }
 
 /** Speculative decoding totals over the decode steps (sweeps). */
@@ -26,6 +29,8 @@ export interface SpecReport {
   accepted: number;
   acceptance: number | null;
   tokens_per_sweep: number;
+  /** Per draft position k (0 = the first draft): the share of sweeps that drafted it in which it was accepted. */
+  acceptance_by_position: number[];
 }
 
 export interface RunSummary {
@@ -70,7 +75,7 @@ export class RunRecorder {
   prefillSeconds = 0;
   prefillTokens = 0;
   /** Set by sweepDone: speculative totals, and the ids emitted beyond one per step. */
-  private spec: { drafted: number; accepted: number; extra: number } | null = null;
+  private spec: { drafted: number; accepted: number; extra: number; draftedAt: number[]; acceptedAt: number[] } | null = null;
   private readonly t0 = performance.now();
   firstTokenSeconds: number | null = null;
 
@@ -120,13 +125,24 @@ export class RunRecorder {
   }
 
   /** Call after step() for a speculative sweep: what it drafted, accepted and emitted. */
-  sweepDone(drafted: number, accepted: number, emitted: number): void {
-    const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0 });
+  sweepDone(drafted: number, accepted: number, emitted: number, draftedIds?: readonly number[], nextId?: number | null): void {
+    const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0, draftedAt: [], acceptedAt: [] });
+    // drafts are accepted as a prefix: position k counts as accepted when k < accepted
+    for (let k = 0; k < drafted; k++) {
+      sp.draftedAt[k] = (sp.draftedAt[k] ?? 0) + 1;
+      sp.acceptedAt[k] = (sp.acceptedAt[k] ?? 0) + (k < accepted ? 1 : 0);
+    }
     sp.drafted += drafted;
     sp.accepted += accepted;
     sp.extra += emitted - 1;
     const s = this.steps[this.steps.length - 1];
-    if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted });
+    if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted }, draftedIds ? { drafted_ids: [...draftedIds], next_id: nextId ?? null } : {});
+  }
+
+  private specReport(sp: NonNullable<RunRecorder['spec']>, emitted: number): SpecReport {
+    const sweeps = this.steps.length;
+    const acceptance_by_position = sp.draftedAt.map((n, k) => sp.acceptedAt[k]! / n);
+    return { sweeps, drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.drafted ? sp.accepted / sp.drafted : null, tokens_per_sweep: sweeps ? emitted / sweeps : 0, acceptance_by_position };
   }
 
   summary(): RunSummary {
@@ -158,7 +174,7 @@ export class RunRecorder {
       budget_bytes: this.store.plan.budgetBytes,
       floor_bytes: this.store.plan.floorBytes,
       over_budget: peak > this.store.plan.budgetBytes,
-      ...(sp ? { spec: { sweeps: this.steps.length, drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.drafted ? sp.accepted / sp.drafted : null, tokens_per_sweep: this.steps.length ? emitted / this.steps.length : 0 } } : {}),
+      ...(sp ? { spec: this.specReport(sp, emitted) } : {}),
     };
   }
 }

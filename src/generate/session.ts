@@ -194,7 +194,7 @@ export class ChatSession {
     const choose: Choose = (l, draft) => (draft === undefined ? { id: this.sampler.sample(l, this.history, V), accepted: false } : acceptDraft(this.sampler, l, draft, this.history, V));
     const spec = this.opts.spec ?? 0;
     const gate = new DraftGate();
-    let stopped = emit(choose(logits, undefined).id);
+    let stopped = emit(choose(logits, undefined, 0).id);
     while (!stopped) {
       const room = gate.allow(Math.min(spec, this.maxTokens - emitted - 1));
       const drafts = room > 0 ? this.drafter.draft(this.history, room) : [];

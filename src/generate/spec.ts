@@ -7,6 +7,7 @@
 
 import type { Model } from '../model/model.js';
 import type { SequenceState } from '../model/state.js';
+import type { Taps } from '../model/taps.js';
 import type { Drafter } from './draft.js';
 import { argmax, type GenerateOptions, type GreedyResult } from './greedy.js';
 import { prefill } from './prefill.js';
@@ -17,8 +18,8 @@ export interface Choice {
   accepted: boolean;
 }
 
-/** Picks the id at a sweep position given its logits and the draft there (undefined at the last position). */
-export type Choose = (logits: Float32Array, draft: number | undefined) => Choice;
+/** Picks the id at a sweep position given its logits and the draft there (undefined at the last position); i: the position in the sweep. */
+export type Choose = (logits: Float32Array, draft: number | undefined, i: number) => Choice;
 
 export interface SweepResult {
   drafted: number;
@@ -33,19 +34,19 @@ export interface SweepResult {
  * the bonus token is emitted, or emit stops. The state then holds `pending` and the accepted
  * drafts before the last emitted id, as decode would. With no drafts it is a plain decode step.
  */
-export async function sweep(model: Model, state: SequenceState, pending: number, drafts: readonly number[], choose: Choose, emit: (id: number) => boolean): Promise<SweepResult> {
+export async function sweep(model: Model, state: SequenceState, pending: number, drafts: readonly number[], choose: Choose, emit: (id: number) => boolean, taps?: Taps): Promise<SweepResult> {
   const V = model.config.vocabSize;
   const feed = [pending, ...drafts];
   if (drafts.length === 0) {
-    const logits = await model.forward(state, feed, 'last');
-    return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined).id) };
+    const logits = await model.forward(state, feed, 'last', 64, taps);
+    return { drafted: 0, accepted: 0, emitted: 1, stopped: emit(choose(logits, undefined, 0).id) };
   }
   model.startSweep(state);
   let emitted = 0, accepted = 0, stopped = false;
   try {
-    const logits = await model.forward(state, feed, 'all', feed.length);
+    const logits = await model.forward(state, feed, 'all', feed.length, taps);
     for (let i = 0; i <= drafts.length; i++) {
-      const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i]);
+      const c = choose(logits.subarray(i * V, (i + 1) * V), drafts[i], i);
       emitted++;
       if (c.accepted) accepted++;
       stopped = emit(c.id);
@@ -94,8 +95,10 @@ export interface SpecOptions extends GenerateOptions {
   /** Most tokens drafted per sweep (>= 1). */
   spec: number;
   drafter: Drafter;
-  /** Decide a draft from its position's logits (default: accepted when `pick` chooses it). */
-  accept?: (logits: Float32Array, draft: number, generated: readonly number[]) => Choice;
+  /** Draft `spec` tokens every sweep (fewer only near the token limit), never backing off (--spec-width). */
+  fixedWidth?: boolean;
+  /** Decide a draft from its position's logits (default: accepted when `pick` chooses it); i: the draft's index in the sweep. */
+  accept?: (logits: Float32Array, draft: number, generated: readonly number[], i: number) => Choice;
 }
 
 /** `greedy` with speculation: same prefill, then sweeps; the same ids as greedy for a deterministic pick. */
@@ -103,9 +106,9 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   const V = model.config.vocabSize;
   const pick = opts.pick ?? ((l: Float32Array) => argmax(l, 0, V));
   const generated: number[] = [];
-  const choose: Choose = (logits, draft) => {
+  const choose: Choose = (logits, draft, i) => {
     if (draft === undefined) return { id: pick(logits, generated), accepted: false };
-    if (opts.accept) return opts.accept(logits, draft, generated);
+    if (opts.accept) return opts.accept(logits, draft, generated, i);
     const id = pick(logits, generated);
     return { id, accepted: id === draft };
   };
@@ -114,28 +117,32 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     return opts.onToken?.(id) === true || generated.length >= n;
   };
   const t0 = performance.now();
-  const logits = await prefill(model, state, prompt, opts.chunk, opts.signal);
+  const taps = opts.drafter.taps;
+  const logits = await prefill(model, state, prompt, opts.chunk, opts.signal, taps);
   const prefillSeconds = (performance.now() - t0) / 1000;
   const stepSeconds: number[] = [];
   // stopped within the prompt: the report counts the tokens that went in
   opts.recorder?.prefillDone(logits ? prompt.length : state.position);
   if (!logits) return { generated, prefillSeconds, stepSeconds };
   const gate = new DraftGate();
-  let stopped = emit(choose(logits, undefined).id);
+  let stopped = emit(choose(logits, undefined, 0).id);
   opts.recorder?.firstToken();
   while (!stopped) {
     // Let the event loop run between sweeps (a SIGINT handler or a closed stdout is seen there).
     await new Promise((r) => setImmediate(r));
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
-    const room = gate.allow(Math.min(opts.spec, n - generated.length - 1));
+    const most = Math.min(opts.spec, n - generated.length - 1);
+    const room = opts.fixedWidth ? most : gate.allow(most);
     const drafts = room > 0 ? opts.drafter.draft([...prompt, ...generated], room) : [];
     const s = performance.now();
-    const r = await sweep(model, state, pending, drafts, choose, emit);
+    const r = await sweep(model, state, pending, drafts, choose, emit, taps);
     stepSeconds.push((performance.now() - s) / 1000);
     gate.result(r.drafted, r.accepted);
     opts.recorder?.step(pending);
-    opts.recorder?.sweepDone(r.drafted, r.accepted, r.emitted);
+    // the id K3 chose after the accepted drafts (refusal or bonus), unless a stop came first
+    const next = r.emitted > r.accepted ? generated[generated.length - 1]! : null;
+    opts.recorder?.sweepDone(r.drafted, r.accepted, r.emitted, drafts, next);
     stopped = r.stopped;
   }
   return { generated, prefillSeconds, stepSeconds };

@@ -30,6 +30,8 @@ export interface DraftInput {
   embed: (id: number) => Vec;
   /** Logits of a final hidden state (K3's lm_head, or the drafter's own). */
   lmHead: (h: Vec) => Vec;
+  /** Picks a proposal from its scores (logits + Markov bias); default argmax, the first maximum winning. */
+  choose?: (scores: Vec) => number;
 }
 
 export interface DraftOutput {
@@ -39,6 +41,8 @@ export interface DraftOutput {
   confidence: number[] | null;
   /** Final-normed hidden state of every query slot. */
   hidden: Vec[];
+  /** Per proposal, the scores it was picked from: logits + markov_w2 · markov_w1[prev]. */
+  scores: Vec[];
 }
 
 function matvec(w: Vec, rows: number, cols: number, x: Vec, xo = 0): Vec {
@@ -204,21 +208,25 @@ export function draftBlock(cfg: DrafterConfig, w: DraftWeights, input: DraftInpu
 }
 
 /** Left to right from the anchor: logits + markov_w2 · markov_w1[prev], argmax; the confidence of each step. */
-function markovWalk(cfg: DrafterConfig, w: DraftWeights, input: DraftInput, hidden: Vec[]): { tokens: number[]; confidence: number[] | null } {
+function markovWalk(cfg: DrafterConfig, w: DraftWeights, input: DraftInput, hidden: Vec[]): { tokens: number[]; confidence: number[] | null; scores: Vec[] } {
   const R = cfg.markov.rank;
   const w1 = w('markov_head.markov_w1.weight');
   const w2 = w('markov_head.markov_w2.weight');
   const first = cfg.slots === 'next' ? 0 : 1;
   const tokens: number[] = [];
+  const scores: Vec[] = [];
   const confidence: number[] | null = cfg.confidence ? [] : null;
   let prev = input.anchor;
   for (let k = 0; k < cfg.block; k++) {
     const h = hidden[first + k]!;
     const e = w1.subarray(prev * R, (prev + 1) * R);
     const logits = input.lmHead(h);
-    const bias = matvec(w2, cfg.draftVocabSize, R, e);
+    const sc = matvec(w2, cfg.draftVocabSize, R, e);
+    for (let v = 0; v < sc.length; v++) sc[v]! += logits[v]!;
     let best = 0;
-    for (let v = 1; v < logits.length; v++) if (logits[v]! + bias[v]! > logits[best]! + bias[best]!) best = v;
+    if (input.choose) best = input.choose(sc);
+    else for (let v = 1; v < sc.length; v++) if (sc[v]! > sc[best]!) best = v;
+    scores.push(sc);
     if (confidence && cfg.confidence) {
       const cw = w('confidence_head.proj.weight');
       let z = w('confidence_head.proj.bias')[0]!;
@@ -229,5 +237,5 @@ function markovWalk(cfg: DrafterConfig, w: DraftWeights, input: DraftInput, hidd
     tokens.push(best);
     prev = best;
   }
-  return { tokens, confidence };
+  return { tokens, confidence, scores };
 }

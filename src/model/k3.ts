@@ -8,6 +8,7 @@ import type { BlockInput } from './block-input.js';
 import { attention, bundle, BundleKind, embed, ffn, head, normGain, type Block } from './decoder.js';
 import { addInPlace } from './ops.js';
 import type { Batch, SequenceState } from './state.js';
+import type { Taps } from './taps.js';
 
 /** The fold of an AttnRes site (attention or FFN of layer l, or the output), made once. */
 function fold(b: Block, kind: BundleKind, l: number, names: () => AttnResNames): Promise<Float32Array> {
@@ -43,15 +44,32 @@ export async function k3Layer(b: Block, l: number, p: Float32Array, B: Float32Ar
   return addInPlace(prefix, f);
 }
 
-export async function forwardK3(b: Block, state: SequenceState | Batch, ids: number[], rows: number[]): Promise<Float32Array> {
+/**
+ * The state after layer l in the tapped stream: a copy of the running sum `p`, or the mixture layer
+ * l+1's attention reads (its fold, already made or made for that layer anyway; the stream alone
+ * before the first snapshot, as k3Layer), or the output mixture `hL` after the last layer.
+ */
+async function tapState(b: Block, stream: Taps['stream'], l: number, p: Float32Array, B: Float32Array[], T: number): Promise<Float32Array | null> {
+  if (stream === 'prefix') return p.slice();
+  if (l === b.cfg.numLayers - 1) return null; // hL: taken after the output mix
+  if (B.length === 0) return p.slice();
+  const f = await fold(b, BundleKind.FoldAttn, l + 1, () => b.names.layerAttnRes(l + 1, 'attn'));
+  return attnResMixOn(b.compute, B, p, T, b.cfg.hiddenSize, f, b.cfg.rmsNormEps);
+}
+
+export async function forwardK3(b: Block, state: SequenceState | Batch, ids: number[], rows: number[], taps?: Taps, pos = 0): Promise<Float32Array> {
   const { cfg } = b;
   const T = ids.length;
   let p = await embed(b, ids);
   const B: Float32Array[] = [];
+  const tapped: (Float32Array | null)[] = [];
   for (let l = 0; l < cfg.numLayers; l++) {
     p = await k3Layer(b, l, p, B, T, state);
     b.watch?.layer(l, p);
+    // copied now: the next layer adds into p in place
+    if (taps?.layers.includes(l)) tapped.push(await tapState(b, taps.stream, l, p, B, T));
   }
   const hL = attnResMixOn(b.compute, B, p, T, cfg.hiddenSize, await fold(b, BundleKind.FoldOut, 0, () => b.names.outputAttnRes), cfg.rmsNormEps);
+  if (taps) taps.take(pos, T, tapped.map((x) => x ?? hL.slice()));
   return head(b, hL, T, rows);
 }

@@ -14,6 +14,7 @@ import { forwardKimiLinear } from './kimi_linear.js';
 import { endKdaSweep } from './kda.js';
 import { SequenceState, stateSize } from './state.js';
 import { FiniteWatch } from './finite.js';
+import { checkTaps, type Taps } from './taps.js';
 
 export type LogitRows = 'all' | 'last' | 'none';
 
@@ -123,9 +124,15 @@ export class Model {
   /**
    * Process `ids` as the next positions of `state`, `chunk` tokens per call (the result does not
    * depend on the chunk size). Returns logits [rows, V]: every position, the last one, or none.
+   * `taps` (K3 only): also hand out the states after some layers for every position (taps.ts);
+   * the logits are the same bytes with or without.
    */
-  async forward(state: SequenceState, ids: number[], rows: LogitRows = 'all', chunk = 64): Promise<Float32Array> {
+  async forward(state: SequenceState, ids: number[], rows: LogitRows = 'all', chunk = 64, taps?: Taps): Promise<Float32Array> {
     const V = this.config.vocabSize;
+    if (taps) {
+      if (this.config.arch !== 'k3') throw new Error(`taps: only K3's forward hands out hidden states (this model is ${this.config.arch})`);
+      checkTaps(taps, this.config.numLayers);
+    }
     const T = ids.length;
     const nOut = rows === 'all' ? T : rows === 'last' && T > 0 ? 1 : 0;
     const out = new Float32Array(nOut * V);
@@ -134,7 +141,7 @@ export class Model {
       const part = ids.slice(s, s + chunk);
       const want: number[] = [];
       for (let t = 0; t < part.length; t++) if (rows === 'all' || (rows === 'last' && s + t === T - 1)) want.push(t);
-      const logits = await FORWARD[this.config.arch](this.block, state, part, want);
+      const logits = taps ? await forwardK3(this.block, state, part, want, taps, state.position) : await FORWARD[this.config.arch](this.block, state, part, want);
       this.watch.endChunk(logits, state.tokens.length, this.config.numLayers);
       state.tokens.push(...part);
       out.set(logits, written);

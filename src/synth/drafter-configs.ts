@@ -53,9 +53,28 @@ export function drafterSizes(dims: DrafterDims): Sizes {
   return dims === 'real' ? REAL : TINY;
 }
 
-/** The drafter's config.json for a layout at some sizes. */
-export function drafterConfigJson(layout: DrafterLayout, dims: DrafterDims): Json {
-  const s = drafterSizes(dims);
+/** A target to fit a drafter to: K3's hidden size, depth and vocabulary. */
+export interface DrafterTarget {
+  hidden: number;
+  layers: number;
+  vocab: number;
+}
+
+/**
+ * Tiny sizes fitted to `t`: its width (the drafter shares its embedding and lm_head), depth and
+ * vocabulary (mask token 3 from the end, as tiny's), and the tiny taps spread over its depth (the
+ * first and the last layer included).
+ */
+function fitted(t: DrafterTarget): Sizes {
+  if (t.layers < 4) throw new Error(`synth: a drafter needs a target of at least 4 layers (its taps), this one has ${t.layers}`);
+  const spread = (taps: number[]): number[] => taps.map((x) => Math.round((x * (t.layers - 1)) / 3));
+  const taps = Object.fromEntries(Object.entries(TINY.taps).map(([k, v]) => [k, spread(v)])) as Sizes['taps'];
+  return { ...TINY, hidden: t.hidden, vocab: t.vocab, mask: t.vocab - 3, targetLayers: t.layers, taps };
+}
+
+/** The drafter's config.json for a layout at some sizes (tiny fitted to `target` when given). */
+export function drafterConfigJson(layout: DrafterLayout, dims: DrafterDims, target?: DrafterTarget): Json {
+  const s = target ? fitted(target) : drafterSizes(dims);
   if (layout === 'inferact' || layout === 'inferact-block5') return k3Dspark(s, layout);
   if (layout === 'radixark') return radixark(s);
   return redhatai(s);

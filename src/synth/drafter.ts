@@ -10,11 +10,11 @@ import * as path from 'node:path';
 import { parseDrafterConfig } from '../checkpoint/drafter-config.js';
 import { drafterTensorSpecs } from '../checkpoint/drafter-tensors.js';
 import { UserError } from '../util/errors.js';
-import { drafterConfigJson, type DrafterDims, type DrafterLayout } from './drafter-configs.js';
+import { drafterConfigJson, type DrafterDims, type DrafterLayout, type DrafterTarget } from './drafter-configs.js';
 import { makeFill, type TensorPlan } from './gen.js';
 import { writeFileAtomic, writeSafetensors } from './writer.js';
 
-export { DRAFTER_LAYOUTS, drafterConfigJson, type DrafterDims, type DrafterLayout } from './drafter-configs.js';
+export { DRAFTER_LAYOUTS, drafterConfigJson, type DrafterDims, type DrafterLayout, type DrafterTarget } from './drafter-configs.js';
 
 export interface SynthDrafterOptions {
   layout: DrafterLayout;
@@ -23,6 +23,8 @@ export interface SynthDrafterOptions {
   dims?: DrafterDims;
   configOnly?: boolean;
   seed?: number;
+  /** Fit tiny sizes to this target (its hidden size, depth, vocabulary): a drafter a small K3 can run. */
+  target?: DrafterTarget;
   /** Replace an existing directory that holds a drafter (config.json and safetensors only). */
   force?: boolean;
 }
@@ -44,7 +46,7 @@ function genOf(name: string, shape: number[]): TensorPlan['gen'] {
 
 export async function synthDrafter(opts: SynthDrafterOptions): Promise<SynthDrafterResult> {
   const out = path.resolve(opts.out);
-  const json = drafterConfigJson(opts.layout, opts.dims ?? 'tiny');
+  const json = drafterConfigJson(opts.layout, opts.dims ?? 'tiny', opts.target);
   const cfg = parseDrafterConfig(json, path.join(out, 'config.json'));
   const specs = opts.configOnly ? [] : drafterTensorSpecs(cfg);
   if (fs.existsSync(out)) {
