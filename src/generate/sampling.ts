@@ -223,6 +223,23 @@ export function topK(c: Candidates, k: number): void {
   c.n = k;
 }
 
+/**
+ * The index a uniform draw `u` (scaled to the weights' sum) falls on among weights[0..n), the
+ * weight at `skip` left out; when rounding leaves u above the sum, the last non-zero weight; -1
+ * when none is. One rule for every draw of the samplers and of speculative acceptance.
+ */
+export function drawIndex(weights: ArrayLike<number>, u: number, n = weights.length, skip = -1): number {
+  let cum = 0;
+  let last = -1;
+  for (let i = 0; i < n; i++) {
+    if (i === skip || weights[i]! === 0) continue;
+    cum += weights[i]!;
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;
+}
+
 /** Probabilities of the live candidates (softmax in double). */
 export function softmax(c: Candidates): Float64Array {
   const p = new Float64Array(c.n);
@@ -352,15 +369,7 @@ export class Sampler {
     if (this.plainGreedy) return argmax(logits, 0, V);
     const c = this.filtered(logits, history, V);
     if (this.greedy) return argmaxId(c);
-    const p = softmax(c);
-    const u = this.rng.nextFloat();
-    let cum = 0;
-    for (let i = 0; i < c.n; i++) {
-      cum += p[i]!;
-      if (u < cum) return c.ids[i]!;
-    }
-    // Rounding left u above the final sum: the last candidate with a non-zero probability.
-    for (let i = c.n - 1; i >= 0; i--) if (p[i]! > 0) return c.ids[i]!;
-    return c.ids[0]!;
+    const i = drawIndex(softmax(c), this.rng.nextFloat(), c.n);
+    return c.ids[i >= 0 ? i : 0]!;
   }
 }

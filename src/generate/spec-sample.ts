@@ -5,7 +5,7 @@
 // p, so speculation does not change the output distribution. The draws come from the sampler's
 // seeded generator: a given seed gives the same text every run.
 
-import type { Sampler } from './sampling.js';
+import { drawIndex, type Sampler } from './sampling.js';
 import type { Choice } from './spec.js';
 
 /** Decide draft `draft` at a position with these logits, for sampler `s` (history: ids seen, for penalties). */
@@ -17,17 +17,9 @@ export function acceptDraft(s: Sampler, logits: Float32Array, draft: number, his
   if (s.rng.nextFloat() < pd) return { id: draft, accepted: true };
   // residual: p without the draft, renormalized (in the distribution's order, as Sampler.sample)
   const rest = 1 - pd;
-  const u = s.rng.nextFloat() * rest;
-  let cum = 0;
-  let last = -1;
-  for (let i = 0; i < ids.length; i++) {
-    if (i === at || probs[i]! === 0) continue;
-    cum += probs[i]!;
-    last = i;
-    if (u < cum) return { id: ids[i]!, accepted: false };
-  }
-  // rounding left u above the sum: the last id with a non-zero probability (the draft if it is the only one)
-  return { id: last >= 0 ? ids[last]! : draft, accepted: last < 0 };
+  const i = drawIndex(probs, s.rng.nextFloat() * rest, ids.length, at);
+  // no other id with a non-zero probability: the draft
+  return i >= 0 ? { id: ids[i]!, accepted: false } : { id: draft, accepted: true };
 }
 
 /**
@@ -46,14 +38,5 @@ export function acceptDraftFrom(s: Sampler, logits: Float32Array, draft: number,
   const total = rest.reduce((a, b) => a + b, 0);
   // p <= q everywhere but rounding: p itself (then the refusal had probability ~0)
   const w = total > 0 ? rest : probs;
-  const u = s.rng.nextFloat() * (total > 0 ? total : 1);
-  let cum = 0;
-  let last = -1;
-  for (let i = 0; i < ids.length; i++) {
-    if (w[i]! === 0) continue;
-    cum += w[i]!;
-    last = i;
-    if (u < cum) return { id: ids[i]!, accepted: false };
-  }
-  return { id: ids[last]!, accepted: false };
+  return { id: ids[drawIndex(w, s.rng.nextFloat() * (total > 0 ? total : 1), ids.length)]!, accepted: false };
 }
