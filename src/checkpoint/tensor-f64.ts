@@ -3,6 +3,7 @@
 // Meant for tiny checkpoints; `maxValues` refuses a tensor that would not be one.
 
 import * as fs from 'node:fs';
+import { bf16ToF32 } from '../formats/dtypes.js';
 import { UserError } from '../util/errors.js';
 import type { TensorEntry } from './safetensors.js';
 
@@ -23,12 +24,7 @@ export function readTensorF64(e: TensorEntry, maxValues = 2 ** 24): Float64Array
     for (let i = 0; i < n; i++) out[i] = buf.readFloatLE(4 * i);
     return out;
   }
-  const u32 = new Uint32Array(1);
-  const f32 = new Float32Array(u32.buffer);
-  for (let i = 0; i < n; i++) {
-    u32[0] = buf.readUInt16LE(2 * i) << 16;
-    out[i] = f32[0]!;
-  }
+  for (let i = 0; i < n; i++) out[i] = bf16ToF32(buf.readUInt16LE(2 * i));
   return out;
 }
 

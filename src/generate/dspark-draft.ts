@@ -7,12 +7,12 @@ import { checkDrafterTarget, loadDrafter } from '../checkpoint/drafter.js';
 import type { DrafterConfig } from '../checkpoint/drafter-types.js';
 import { namesOf } from '../checkpoint/names.js';
 import { tensorsF64 } from '../checkpoint/tensor-f64.js';
-import { draftBlock, type DraftWeights } from '../model/dspark-ref.js';
+import { draftBlock, matvec, type DraftWeights } from '../model/dspark-ref.js';
 import type { Model } from '../model/model.js';
 import type { Taps } from '../model/taps.js';
 import { UserError } from '../util/errors.js';
 import type { Drafter } from './draft.js';
-import { Rng } from './sampling.js';
+import { drawIndex, Rng } from './sampling.js';
 
 /** Proposes the Markov head's block from K3's tapped states of every position before the anchor. */
 export class DSparkDrafter implements Drafter {
@@ -66,16 +66,7 @@ export class DSparkDrafter implements Drafter {
     const z = q.reduce((a, b) => a + b, 0);
     for (let i = 0; i < q.length; i++) q[i]! /= z;
     this.lastQ.push(q);
-    const u = rng.nextFloat();
-    let cum = 0;
-    let last = 0;
-    for (let i = 0; i < q.length; i++) {
-      if (q[i]! === 0) continue;
-      cum += q[i]!;
-      last = i;
-      if (u < cum) return i;
-    }
-    return last;
+    return Math.max(0, drawIndex(q, rng.nextFloat()));
   }
 
   /** The block for anchor = the context's last id (emitted, not yet in K3's state), first `max` proposals. */
@@ -96,16 +87,6 @@ export class DSparkDrafter implements Drafter {
     this.lastConfidence = out.confidence;
     return out.tokens.slice(0, max);
   }
-}
-
-function matvec(w: Float64Array, rows: number, cols: number, x: Float64Array): Float64Array {
-  const y = new Float64Array(rows);
-  for (let r = 0; r < rows; r++) {
-    let s = 0;
-    for (let c = 0; c < cols; c++) s += w[r * cols + c]! * x[c]!;
-    y[r] = s;
-  }
-  return y;
 }
 
 /**

@@ -45,7 +45,8 @@ export interface DraftOutput {
   scores: Vec[];
 }
 
-function matvec(w: Vec, rows: number, cols: number, x: Vec, xo = 0): Vec {
+/** y = W x (W row-major [rows, cols]), x read from offset `xo`. */
+export function matvec(w: Vec, rows: number, cols: number, x: Vec, xo = 0): Vec {
   if (w.length !== rows * cols) throw new Error(`dspark-ref: matrix of ${w.length} values is not ${rows} x ${cols}`);
   const y = new Float64Array(rows);
   for (let r = 0; r < rows; r++) {

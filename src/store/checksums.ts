@@ -108,7 +108,7 @@ export interface ChecksumResult {
 }
 
 /** sha256 of `length` bytes of `fd` at `offset`, read in bounded chunks. */
-async function hashRange(fd: fs.promises.FileHandle, file: string, offset: number, length: number, buf: Uint8Array, onBytes: (n: number) => void): Promise<string> {
+export async function hashRange(fd: fs.promises.FileHandle, file: string, offset: number, length: number, buf: Uint8Array, onBytes: (n: number) => void): Promise<string> {
   const h = createHash('sha256');
   for (let at = 0; at < length;) {
     const want = Math.min(buf.byteLength, length - at);

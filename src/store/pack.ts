@@ -398,7 +398,7 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
     };
     await streamChunks(chunks, chunkBytes, dstPaths, progress, sourceCheck.feed);
     await streamChunks(hashChunks, chunkBytes, [], progress, sourceCheck.feed);
-    sourceCheck.finish();
+    await sourceCheck.finish();
 
     const tensors: Record<string, PackedTensor> = {};
     records.forEach((r, ri) => {

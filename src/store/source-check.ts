@@ -7,7 +7,7 @@ import { createHash, type Hash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ReadError } from '../util/errors.js';
-import { CHECKSUMS_NAME } from './checksums.js';
+import { CHECKSUMS_NAME, hashRange } from './checksums.js';
 import type { CheckedRange } from './verified-reader.js';
 
 interface Range extends CheckedRange {
@@ -55,25 +55,16 @@ export class SourceCheck {
   };
 
   /** Ranges read only in part, or out of order, hashed whole now; a range never read is not packed. */
-  finish(): void {
+  async finish(): Promise<void> {
     const buf = Buffer.allocUnsafe(4 * 2 ** 20);
     for (const [file, list] of this.byFile) {
       const left = list.filter((r) => r.again || (r.fed > 0 && r.fed < r.length));
       if (left.length === 0) continue;
-      const fd = fs.openSync(file, 'r');
+      const fd = await fs.promises.open(file, 'r');
       try {
-        for (const r of left) {
-          const h = createHash('sha256');
-          for (let at = 0; at < r.length;) {
-            const n = fs.readSync(fd, buf, 0, Math.min(buf.length, r.length - at), r.offset + at);
-            if (n === 0) throw new ReadError(`${file}: short read at offset ${r.offset + at} (file truncated?)`, 4);
-            h.update(buf.subarray(0, n));
-            at += n;
-          }
-          this.compare(r, h.digest('hex'));
-        }
+        for (const r of left) this.compare(r, await hashRange(fd, file, r.offset, r.length, buf, () => {}));
       } finally {
-        fs.closeSync(fd);
+        await fd.close();
       }
     }
   }
