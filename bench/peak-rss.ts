@@ -7,7 +7,7 @@
 //   npm run build && node dist/bench/peak-rss.js [--dir /tmp/k3-peak-rss] [--threads 1,2,4]
 //       [--serve-threads 1,2,4] [--tokens 16] [--json]
 //
-// Benchmarks are not tests: nothing here gates CI (test/memory.test.ts holds the same bound).
+// Benchmarks are not tests: nothing here gates CI (test/store/memory.test.ts holds the same bound).
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';

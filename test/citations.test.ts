@@ -1,6 +1,7 @@
-// Every "§" citation in src/ names a markdown file of this repository, and that file has the cited
-// section as a heading: the spec the code cites must be readable from a clone (docs/spec/), not
-// from a sibling directory. A § takes the file named nearest before it on the same line.
+// Every "§" citation in src/ (its code, the chat page and its READMEs alike) names a markdown file
+// of this repository, and that file has the cited section as a heading: the spec the code cites
+// must be readable from a clone (docs/spec/), not from a sibling directory. A § takes the file
+// named nearest before it on the same line.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,11 +9,12 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ROOT } from './helpers.js';
 
+/** The text files below `dir`: TypeScript, the chat page's JavaScript, HTML and CSS, markdown. */
 function sourceFiles(dir: string): string[] {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => {
     const p = path.join(dir, d.name);
     if (d.isDirectory()) return sourceFiles(p);
-    return d.name.endsWith('.ts') ? [p] : [];
+    return /\.(ts|js|md|html|css)$/.test(d.name) ? [p] : [];
   });
 }
 

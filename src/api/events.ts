@@ -34,24 +34,35 @@ export interface GenerationResult {
   report?: RunSummary;
 }
 
-export interface JobOptions {
+/** What a generation may ask beyond its length, stops and sampling: the same for a library call and one job of the engine. */
+export interface DecodeOptions {
+  /** Report each token's logprob and this many alternatives (0 = just the token's). */
+  logprobs?: number;
+  signal?: AbortSignal;
+  /** Speculative decoding: draft up to N tokens per step from the longest earlier match in the text so far (suffix-draft.ts),
+   *  verify them in one forward (greedy output is the same bytes; sampled keeps its distribution). Runs alone. */
+  spec?: number;
+  /** A DSpark drafter directory (docs/DSPARK.md): its block proposals, drafted from K3's tapped states, verified in one
+   *  forward per sweep (greedy output is the same bytes). Its forward runs on the float64 REFERENCE path: small
+   *  drafters only. Runs alone; not with `spec` (the suffix drafter). */
+  drafter?: string;
+  /** With `drafter`: verify exactly this many proposals every sweep (at most its block; default the block, backing
+   *  off while nothing is accepted). */
+  specWidth?: number;
+  /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs
+   *  alone, so the read counters are this run's. */
+  report?: boolean;
+  /** Hold the output to a grammar (e.g. k3ReplyConstraint): only ids it allows are chosen, as if the others' logits
+   *  were -Infinity. One per generation (it keeps the reply's state); not with `spec`. */
+  constraint?: TokenConstraint;
+}
+
+/** One job of the engine: the library's options resolved to ids and limits. */
+export interface JobOptions extends DecodeOptions {
   sampling?: SamplingOptions;
   maxTokens: number;
   stopIds: readonly number[];
   stopStrings?: readonly string[];
-  /** Also report the logprob of each token and this many alternatives (0 = just the token's). */
-  logprobs?: number;
-  signal?: AbortSignal;
-  /** Speculative decoding: draft up to this many tokens per step (the longest earlier match in the text: suffix-draft.ts), verified in one forward. Runs alone. */
-  spec?: number;
-  /** A DSpark drafter directory, drafting on the reference path (GenerateOptions.drafter). Runs alone. */
-  drafter?: string;
-  /** With drafter: proposals verified every sweep (GenerateOptions.specWidth). */
-  specWidth?: number;
-  /** Record the run report (GenerationResult.report). Runs alone, so the read counters are this run's. */
-  report?: boolean;
-  /** Only ids it allows are chosen (as if the others' logits were -Infinity); one per request, it keeps the reply's state. */
-  constraint?: TokenConstraint;
 }
 
 /** log-softmax of the raw logits in double, at `id` and for the `k` most likely ids (ties by id). */

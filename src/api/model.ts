@@ -10,36 +10,19 @@ import { usableStopIds } from '../generate/stop.js';
 import { encodeK3Segments, k3ChatSegments, k3PromptTokenCount, renderChat, stopTokenIds, type ChatMessage, type K3ChatRequest, type Tokenizer, type TokenizerFamily } from '../tokenizer/index.js';
 import { UserError } from '../util/errors.js';
 import { Engine } from './engine.js';
-import type { GenerationResult, TokenEvent } from './events.js';
+import type { DecodeOptions, GenerationResult, TokenEvent } from './events.js';
 import { ChatSession } from '../generate/session.js';
 import { LIBRARY, openModelDir, type LoadOptions, type Opener } from './load.js';
 import { ChatReply, declaredTools, withoutReasoning, type ChatResult, type ChatTokenEvent, type ChatTurnOptions, type ToolSpec } from './chat.js';
 import { KimiChatSession, type SessionOptions } from './session.js';
 
-export interface GenerateOptions extends SamplingOptions {
+export interface GenerateOptions extends SamplingOptions, DecodeOptions {
   /** Most tokens to generate (default 256). */
   maxTokens?: number;
   /** Stop when the text contains one of these (not part of the text). */
   stop?: readonly string[];
   /** Do not stop at end-of-message / eos ids. Default: false for chat, true for plain generate. */
   ignoreEos?: boolean;
-  /** Report each token's logprob and this many alternatives. */
-  logprobs?: number;
-  signal?: AbortSignal;
-  /** Speculative decoding: draft up to N tokens per step from the longest earlier match in the text so far, verify
-   *  them in one forward (greedy output is the same bytes; sampled keeps its distribution). Runs alone. */
-  spec?: number;
-  /** A DSpark drafter directory (docs/DSPARK.md): its block proposals, drafted from K3's tapped states, verified in one
-   *  forward per sweep (greedy output is the same bytes). Its forward runs on the float64 REFERENCE path: small
-   *  drafters only. Runs alone; not with `spec` (the suffix drafter). */
-  drafter?: string;
-  /** With `drafter`: verify exactly this many proposals every sweep (at most its block; default the block, backing
-   *  off while nothing is accepted). */
-  specWidth?: number;
-  /** Also record the run report in the result (`k3 run`'s: bytes read per token by kind, I/O wait, peak RSS). Runs alone. */
-  report?: boolean;
-  /** Hold the output to a grammar (e.g. k3ReplyConstraint); one per generation. Not with `spec`. */
-  constraint?: TokenConstraint;
 }
 
 /** A chat turn's options: generation's, and the conversation's (tools, thinking, structure). */

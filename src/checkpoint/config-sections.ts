@@ -199,15 +199,8 @@ export function readMoe(r: Reader, f: MoeFlavour): MoeConfig {
 }
 
 /** The parts an architecture reads; finishConfig adds the rest and assembles the ModelConfig. */
-export interface ConfigParts {
-  arch: ModelConfig['arch'];
+export interface ConfigParts extends Pick<ModelConfig, 'arch' | 'layers' | 'fullAttnLayers' | 'mla' | 'kda' | 'act' | 'moe'> {
   trunk: Trunk;
-  layers: LayerSpec[];
-  fullAttnLayers: number[] | null;
-  mla: MlaConfig;
-  kda: KdaConfig | null;
-  act: ActConfig;
-  moe: MoeConfig;
   /** Read attn_res_block_size (K3). */
   attnRes: boolean;
 }

@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { generationOptions } from './params.js';
 import { readJson } from './body.js';
-import { prepareTurn, type PreparedTurn, type TurnDelta, type TurnOutcome } from './chat-turn.js';
+import { prepareTurn, type TurnDelta, type TurnOutcome } from './chat-turn.js';
 import { ApiError, badField, sendJson } from './errors.js';
 import { ChatLines, chatAnswer, generateAnswer, generateLine, head, stats } from './ollama-reply.js';
 import { chatBody, generateRequest, requestedModel, streams, type OllamaSampling } from './ollama-request.js';
@@ -15,6 +15,7 @@ import { clientGone } from './sse.js';
 import type { Served } from './served.js';
 
 type Body = Record<string, unknown>;
+type TurnSampling = Parameters<typeof prepareTurn>[3];
 
 export interface OllamaContext {
   served: Served;
@@ -72,10 +73,18 @@ interface LineSink {
   finish(o: TurnOutcome): void;
 }
 
-/** Run a prepared turn and answer it whole or as lines: `lines` maps the deltas and the end, `whole` the outcome. */
-async function answerTurn(req: IncomingMessage, res: ServerResponse, turn: PreparedTurn, stream: boolean, lines: (send: (l: Body) => void) => LineSink, whole: (o: TurnOutcome) => Body): Promise<void> {
+/**
+ * Prepare the turn of a chat `body`, refuse it while the queue is full, run it, and answer it whole
+ * or as lines (as request `b` asks): `lines` maps the deltas and the end, `whole` the outcome.
+ */
+async function answerTurn(
+  ctx: OllamaContext, req: IncomingMessage, res: ServerResponse, b: Body, body: Body, sampling: TurnSampling,
+  lines: (send: (l: Body) => void) => LineSink, whole: (o: TurnOutcome) => Body,
+): Promise<void> {
+  const turn = prepareTurn(ctx.served, body, undefined, sampling);
+  if (ctx.queueFull()) throw busy();
   const signal = clientGone(req, res);
-  if (!stream) {
+  if (!streams(b)) {
     const o = await turn.run(signal);
     if (o.result.stopReason === 'aborted' && o.stopSequence === null) return;
     return sendJson(res, 200, whole(o));
@@ -95,13 +104,8 @@ async function chat(ctx: OllamaContext, req: IncomingMessage, res: ServerRespons
   const model = requestedModel(ctx.served, b);
   if (Array.isArray(b.messages) && b.messages.length === 0) return sendJson(res, 200, loaded(model, b, { message: { role: 'assistant', content: '' } }));
   const { body, sampling } = chatBody(ctx.served, b);
-  const turn = prepareTurn(ctx.served, body, undefined, sampling);
-  if (ctx.queueFull()) throw busy();
   await answerTurn(
-    req,
-    res,
-    turn,
-    streams(b),
+    ctx, req, res, b, body, sampling,
     (send) => {
       const c = new ChatLines(model, send);
       return { delta: (d) => c.delta(d), finish: (o) => c.finish(o, started) };
@@ -116,13 +120,8 @@ async function generate(ctx: OllamaContext, req: IncomingMessage, res: ServerRes
   const g = generateRequest(s, b);
   if (g.prompt === '' && g.context.length === 0 && !b.system) return sendJson(res, 200, loaded(model, b, { response: '' }));
   if (g.body === null) return raw(ctx, req, res, model, g.prompt, g.context, g.fields, g.sampling, streams(b), started);
-  const turn = prepareTurn(s, g.body, undefined, g.sampling);
-  if (ctx.queueFull()) throw busy();
   await answerTurn(
-    req,
-    res,
-    turn,
-    streams(b),
+    ctx, req, res, b, g.body, g.sampling,
     (send) => ({
       delta: (d) => {
         const line = generateLine(model, d);

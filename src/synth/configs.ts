@@ -181,6 +181,37 @@ const TRANSFORMERS_TEXT_DEFAULTS: Json = {
   use_bfloat16: false,
 };
 
+/** K3's vision_config: the stub tower's dims (K3_VISION) in the real config's fields. */
+function k3VisionConfig(d: SynthDims): Json {
+  return {
+    _attn_implementation: 'flash_attention_2',
+    activation_func: 'gelu_pytorch_tanh',
+    attn_bias: false,
+    init_pos_emb_height: 4,
+    init_pos_emb_time: 4,
+    init_pos_emb_width: 4,
+    linear_bias: false,
+    merge_kernel_size: [2, 2],
+    merge_type: 'sd2_tpool',
+    mlp_type: 'mlp2',
+    mm_hidden_size: K3_VISION.mmHidden,
+    mm_projector_type: 'patchmergerv2',
+    norm_type: 'rmsnorm',
+    patch_embed_proj_bias: false,
+    patch_size: K3_VISION.patch,
+    pos_emb_interpolation_mode: 'bilinear',
+    pos_emb_type: 'divided_fixed',
+    projector_hidden_act: 'gelu',
+    projector_ln_eps: 1e-5,
+    qkv_hidden_size: 3 * K3_VISION.vtHidden,
+    text_hidden_size: d.hidden,
+    vt_hidden_size: K3_VISION.vtHidden,
+    vt_intermediate_size: 4 * K3_VISION.vtHidden,
+    vt_num_attention_heads: 2,
+    vt_num_hidden_layers: 1,
+  };
+}
+
 function k3Config(r: ResolvedSynth): Json {
   const d = r.dims;
   const ids = k3TokenIds(d.vocab, r.preset);
@@ -238,33 +269,7 @@ function k3Config(r: ResolvedSynth): Json {
     pad_token_id: ids.pad,
     text_config: text,
     tie_word_embeddings: false,
-    vision_config: {
-      _attn_implementation: 'flash_attention_2',
-      activation_func: 'gelu_pytorch_tanh',
-      attn_bias: false,
-      init_pos_emb_height: 4,
-      init_pos_emb_time: 4,
-      init_pos_emb_width: 4,
-      linear_bias: false,
-      merge_kernel_size: [2, 2],
-      merge_type: 'sd2_tpool',
-      mlp_type: 'mlp2',
-      mm_hidden_size: K3_VISION.mmHidden,
-      mm_projector_type: 'patchmergerv2',
-      norm_type: 'rmsnorm',
-      patch_embed_proj_bias: false,
-      patch_size: K3_VISION.patch,
-      pos_emb_interpolation_mode: 'bilinear',
-      pos_emb_type: 'divided_fixed',
-      projector_hidden_act: 'gelu',
-      projector_ln_eps: 1e-5,
-      qkv_hidden_size: 3 * K3_VISION.vtHidden,
-      text_hidden_size: d.hidden,
-      vt_hidden_size: K3_VISION.vtHidden,
-      vt_intermediate_size: 4 * K3_VISION.vtHidden,
-      vt_num_attention_heads: 2,
-      vt_num_hidden_layers: 1,
-    },
+    vision_config: k3VisionConfig(d),
   };
 }
 

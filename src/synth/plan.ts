@@ -80,127 +80,156 @@ interface Unit {
   tensors: TensorPlan[];
 }
 
+type Names = ReturnType<typeof namesForArch>;
+
+/** What every layer's tensors are drawn from: the sizes, the names and the linear formats. */
+interface LayerCtx {
+  arch: ResolvedSynth['arch'];
+  d: ResolvedSynth['dims'];
+  n: Names;
+  /** K2 fp8 quantizes every decoder linear but the router; experts follow --experts-format. */
+  trunkFmt: LinearFormat;
+  expertFmt: LinearFormat;
+}
+
 function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Unit } {
   const d = r.dims;
-  const arch = r.arch;
-  const D = d.hidden;
-  const n = namesForArch(arch);
-  // Formats: K2 fp8 quantizes every decoder linear but the router; experts follow --experts-format.
-  const trunkFmt: LinearFormat = r.expertsFormat === 'fp8' ? 'fp8' : 'bf16';
-  const expertFmt: LinearFormat = r.expertsFormat;
-  const mla = new Set(isK2Like(arch) ? Array.from({ length: d.layers }, (_, i) => i + 1) : d.mlaLayers);
+  const ctx: LayerCtx = { arch: r.arch, d, n: namesForArch(r.arch), trunkFmt: r.expertsFormat === 'fp8' ? 'fp8' : 'bf16', expertFmt: r.expertsFormat };
+  const mla = new Set(isK2Like(r.arch) ? Array.from({ length: d.layers }, (_, i) => i + 1) : d.mlaLayers);
+  const layers: Unit[] = [];
+  for (let l = 0; l < d.layers; l++) layers.push(layerUnit(ctx, l, mla.has(l + 1)));
+  return endUnits(ctx, layers);
+}
 
+/** One layer: its trunk tensors (norms, AttnRes, attention, dense MLP or router and shared experts), then its routed experts. */
+function layerUnit(ctx: LayerCtx, l: number, isMla: boolean): Unit {
+  const { arch, d, n } = ctx;
+  const D = d.hidden;
+  const trunk: TensorPlan[] = [t(n.inputNorm(l), 'BF16', [D], NORM), t(n.postAttentionNorm(l), 'BF16', [D], NORM)];
+  if (arch === 'k3') {
+    const ra = n.layerAttnRes(l, 'attn');
+    const rm = n.layerAttnRes(l, 'mlp');
+    trunk.push(
+      t(ra.norm, 'BF16', [D], NORM),
+      t(ra.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
+      t(rm.norm, 'BF16', [D], NORM),
+      t(rm.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
+    );
+  }
+  trunk.push(...(isMla ? mlaTensors(ctx, l) : kdaTensors(ctx, l)));
+  if (l < d.firstDense) {
+    const f = n.denseMlp(l);
+    trunk.push(
+      ...linear(f.gate, d.intermediate, D, ctx.trunkFmt),
+      ...linear(f.up, d.intermediate, D, ctx.trunkFmt),
+      ...linear(f.down, D, d.intermediate, ctx.trunkFmt),
+    );
+    return { tensors: trunk };
+  }
+  const moe = moeTensors(ctx, l);
+  return { tensors: [...trunk, ...moe.trunk, ...moe.experts] };
+}
+
+function mlaTensors({ arch, d, n, trunkFmt }: LayerCtx, l: number): TensorPlan[] {
+  const a = n.mla(l);
+  const D = d.hidden;
+  const H = d.heads;
+  const out: TensorPlan[] = [];
+  if (d.qLoraRank === null) {
+    out.push(...linear(a.q, H * (d.nopeDim + d.ropeDim), D, trunkFmt));
+  } else {
+    out.push(
+      ...linear(a.qa, d.qLoraRank, D, trunkFmt),
+      t(a.qaNorm, 'BF16', [d.qLoraRank], NORM),
+      ...linear(a.qb, H * (d.nopeDim + d.ropeDim), d.qLoraRank, trunkFmt),
+    );
+  }
+  out.push(
+    ...linear(a.kva, d.kvLoraRank + d.ropeDim, D, trunkFmt),
+    t(a.kvaNorm, 'BF16', [d.kvLoraRank], NORM),
+    ...linear(a.kvb, H * (d.nopeDim + d.vDim), d.kvLoraRank, trunkFmt),
+  );
+  if (arch === 'k3') out.push(...linear(a.gate, H * d.vDim, D, trunkFmt));
+  out.push(...linear(a.o, D, H * d.vDim, trunkFmt));
+  return out;
+}
+
+function kdaTensors({ arch, d, n, trunkFmt }: LayerCtx, l: number): TensorPlan[] {
+  const a = n.kda(l);
+  const D = d.hidden;
+  const Hk = d.kdaHeads;
+  const dk = d.kdaHeadDim;
+  const W = Hk * dk;
+  const small: DType = arch === 'k3' ? 'F32' : 'BF16';
+  const out: TensorPlan[] = [
+    ...linear(a.q, W, D, trunkFmt),
+    ...linear(a.k, W, D, trunkFmt),
+    ...linear(a.v, W, D, trunkFmt),
+    t(a.qConv, small, [W, 1, d.convSize], normal(0.3)),
+    t(a.kConv, small, [W, 1, d.convSize], normal(0.3)),
+    t(a.vConv, small, [W, 1, d.convSize], normal(0.3)),
+    t(a.aLog, 'F32', arch === 'k3' ? [k3ALogLength(Hk, dk)] : [1, 1, Hk, 1], { kind: 'alog', used: Hk }),
+    ...linear(a.fa, dk, D, trunkFmt),
+    ...linear(a.fb, W, dk, trunkFmt),
+    t(a.dtBias, 'F32', [W], uniform(-0.5, 0.5)),
+    ...linear(a.b, Hk, D, trunkFmt),
+  ];
+  if (arch === 'k3') {
+    out.push(...linear(a.g, W, D, trunkFmt));
+  } else {
+    out.push(...linear(a.ga, dk, D, trunkFmt), ...linear(a.gb, W, dk, trunkFmt));
+  }
+  out.push(t(a.oNorm, small, [dk], NORM), ...linear(a.o, D, W, trunkFmt));
+  return out;
+}
+
+/** A MoE layer's router, K3's latent projections and the shared experts (trunk), and its routed experts. */
+function moeTensors({ arch, d, n, trunkFmt, expertFmt }: LayerCtx, l: number): { trunk: TensorPlan[]; experts: TensorPlan[] } {
+  const m = n.moe(l);
+  const D = d.hidden;
+  const E = d.experts;
+  const I = d.moeIntermediate;
+  const S = d.sharedExperts * I;
+  const trunk: TensorPlan[] = [
+    t(`${m.router}.weight`, 'BF16', [E, D], normal(1 / Math.sqrt(D))),
+    t(m.bias, 'F32', [E], uniform(-0.1, 0.1)),
+  ];
+  let X = D; // the experts' input width
+  if (arch === 'k3') {
+    const Lt = d.latent!;
+    X = Lt;
+    trunk.push(
+      ...linear(m.latentDown, Lt, D, trunkFmt),
+      t(m.latentNorm, 'BF16', [Lt], NORM),
+      ...linear(m.latentUp, D, Lt, trunkFmt),
+    );
+  }
+  if (S > 0) {
+    trunk.push(
+      ...linear(m.shared.gate, S, D, trunkFmt),
+      ...linear(m.shared.up, S, D, trunkFmt),
+      ...linear(m.shared.down, D, S, trunkFmt),
+    );
+  }
+  const experts: TensorPlan[] = [];
+  for (let e = 0; e < E; e++) {
+    const [g, u, dn] = n.expert(l, e);
+    // K2 stores gate, up, down; K3 and Kimi Linear w1, w2, w3 (gate, down, up).
+    if (isK2Like(arch)) experts.push(...linear(g, I, X, expertFmt), ...linear(u, I, X, expertFmt), ...linear(dn, X, I, expertFmt));
+    else experts.push(...linear(g, I, X, expertFmt), ...linear(dn, X, I, expertFmt), ...linear(u, I, X, expertFmt));
+  }
+  return { trunk, experts };
+}
+
+/** The units around the layers: embedding, final norm, lm_head and, for K3 and K2.5, the vision stubs. */
+function endUnits({ arch, d, n }: LayerCtx, layers: Unit[]): { head: Unit | null; layers: Unit[]; tail: Unit } {
+  const D = d.hidden;
   const embed = t(`${n.embed}.weight`, 'BF16', [d.vocab, D], normal(1));
   const finalNorm = t(n.finalNorm, 'BF16', [D], NORM);
   const lmHead = t(`${n.lmHead}.weight`, 'BF16', [d.vocab, D], normal(1 / Math.sqrt(D)));
-
-  const layers: Unit[] = [];
-  for (let l = 0; l < d.layers; l++) {
-    const trunk: TensorPlan[] = [t(n.inputNorm(l), 'BF16', [D], NORM), t(n.postAttentionNorm(l), 'BF16', [D], NORM)];
-    if (arch === 'k3') {
-      const ra = n.layerAttnRes(l, 'attn');
-      const rm = n.layerAttnRes(l, 'mlp');
-      trunk.push(
-        t(ra.norm, 'BF16', [D], NORM),
-        t(ra.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
-        t(rm.norm, 'BF16', [D], NORM),
-        t(rm.proj, 'BF16', [1, D], normal(1 / Math.sqrt(D))),
-      );
-    }
-    // Attention.
-    if (mla.has(l + 1)) {
-      const a = n.mla(l);
-      const H = d.heads;
-      if (d.qLoraRank === null) {
-        trunk.push(...linear(a.q, H * (d.nopeDim + d.ropeDim), D, trunkFmt));
-      } else {
-        trunk.push(
-          ...linear(a.qa, d.qLoraRank, D, trunkFmt),
-          t(a.qaNorm, 'BF16', [d.qLoraRank], NORM),
-          ...linear(a.qb, H * (d.nopeDim + d.ropeDim), d.qLoraRank, trunkFmt),
-        );
-      }
-      trunk.push(
-        ...linear(a.kva, d.kvLoraRank + d.ropeDim, D, trunkFmt),
-        t(a.kvaNorm, 'BF16', [d.kvLoraRank], NORM),
-        ...linear(a.kvb, H * (d.nopeDim + d.vDim), d.kvLoraRank, trunkFmt),
-      );
-      if (arch === 'k3') trunk.push(...linear(a.gate, H * d.vDim, D, trunkFmt));
-      trunk.push(...linear(a.o, D, H * d.vDim, trunkFmt));
-    } else {
-      const a = n.kda(l);
-      const Hk = d.kdaHeads;
-      const dk = d.kdaHeadDim;
-      const W = Hk * dk;
-      const small: DType = arch === 'k3' ? 'F32' : 'BF16';
-      trunk.push(
-        ...linear(a.q, W, D, trunkFmt),
-        ...linear(a.k, W, D, trunkFmt),
-        ...linear(a.v, W, D, trunkFmt),
-        t(a.qConv, small, [W, 1, d.convSize], normal(0.3)),
-        t(a.kConv, small, [W, 1, d.convSize], normal(0.3)),
-        t(a.vConv, small, [W, 1, d.convSize], normal(0.3)),
-        t(a.aLog, 'F32', arch === 'k3' ? [k3ALogLength(Hk, dk)] : [1, 1, Hk, 1], { kind: 'alog', used: Hk }),
-        ...linear(a.fa, dk, D, trunkFmt),
-        ...linear(a.fb, W, dk, trunkFmt),
-        t(a.dtBias, 'F32', [W], uniform(-0.5, 0.5)),
-        ...linear(a.b, Hk, D, trunkFmt),
-      );
-      if (arch === 'k3') {
-        trunk.push(...linear(a.g, W, D, trunkFmt));
-      } else {
-        trunk.push(...linear(a.ga, dk, D, trunkFmt), ...linear(a.gb, W, dk, trunkFmt));
-      }
-      trunk.push(t(a.oNorm, small, [dk], NORM), ...linear(a.o, D, W, trunkFmt));
-    }
-    // FFN.
-    const experts: TensorPlan[] = [];
-    if (l < d.firstDense) {
-      const f = n.denseMlp(l);
-      trunk.push(
-        ...linear(f.gate, d.intermediate, D, trunkFmt),
-        ...linear(f.up, d.intermediate, D, trunkFmt),
-        ...linear(f.down, D, d.intermediate, trunkFmt),
-      );
-    } else {
-      const m = n.moe(l);
-      const E = d.experts;
-      const I = d.moeIntermediate;
-      const S = d.sharedExperts * I;
-      trunk.push(
-        t(`${m.router}.weight`, 'BF16', [E, D], normal(1 / Math.sqrt(D))),
-        t(m.bias, 'F32', [E], uniform(-0.1, 0.1)),
-      );
-      let X = D; // the experts' input width
-      if (arch === 'k3') {
-        const Lt = d.latent!;
-        X = Lt;
-        trunk.push(
-          ...linear(m.latentDown, Lt, D, trunkFmt),
-          t(m.latentNorm, 'BF16', [Lt], NORM),
-          ...linear(m.latentUp, D, Lt, trunkFmt),
-        );
-      }
-      if (S > 0) {
-        trunk.push(
-          ...linear(m.shared.gate, S, D, trunkFmt),
-          ...linear(m.shared.up, S, D, trunkFmt),
-          ...linear(m.shared.down, D, S, trunkFmt),
-        );
-      }
-      for (let e = 0; e < E; e++) {
-        const [g, u, dn] = n.expert(l, e);
-        // K2 stores gate, up, down; K3 and Kimi Linear w1, w2, w3 (gate, down, up).
-        if (isK2Like(arch)) experts.push(...linear(g, I, X, expertFmt), ...linear(u, I, X, expertFmt), ...linear(dn, X, I, expertFmt));
-        else experts.push(...linear(g, I, X, expertFmt), ...linear(dn, X, I, expertFmt), ...linear(u, I, X, expertFmt));
-      }
-    }
-    layers.push({ tensors: [...trunk, ...experts] });
-  }
-
+  const v = K3_VISION;
+  const mm = 4 * v.mmHidden;
   if (arch === 'k3') {
-    const v = K3_VISION;
-    const mm = 4 * v.mmHidden;
     const tail: TensorPlan[] = [
       embed,
       finalNorm,
@@ -217,8 +246,6 @@ function units(r: ResolvedSynth): { head: Unit | null; layers: Unit[]; tail: Uni
     return { head: null, layers, tail: { tensors: tail } };
   }
   if (arch === 'k25') {
-    const v = K3_VISION;
-    const mm = 4 * v.mmHidden;
     // The decoder's values are K2's: drawn for the name without `language_model.`.
     const asK2 = (u: Unit): Unit => ({ tensors: u.tensors.map((tp) => (tp.name.startsWith(n.prefix) ? { ...tp, key: tp.name.slice(n.prefix.length) } : tp)) });
     const tail: TensorPlan[] = [
@@ -273,29 +300,17 @@ export function shardFileName(arch: ResolvedSynth['arch'], i: number, n: number)
 export function planCheckpoint(r: ResolvedSynth): CheckpointPlan {
   const u = units(r);
   const bytesOf = (x: Unit) => x.tensors.reduce((s, tt) => s + planBytes(tt), 0);
+  /** `xs` cut into `shards` runs of roughly equal bytes. */
+  const cut = (xs: Unit[], shards: number): Unit[][] => {
+    let i = 0;
+    return partition(xs.map(bytesOf), shards).map((n) => xs.slice(i, (i += n)));
+  };
   let groups: Unit[][];
   if (r.arch === 'k3') {
     // Layers in the first N-1 shards, embed / lm_head / norms / vision stubs in the last (docs/spec/K3.md §1).
-    if (r.shards === 1) groups = [[...u.layers, u.tail]];
-    else {
-      const runs = partition(u.layers.map(bytesOf), r.shards - 1);
-      groups = [];
-      let i = 0;
-      for (const n of runs) {
-        groups.push(u.layers.slice(i, i + n));
-        i += n;
-      }
-      groups.push([u.tail]);
-    }
+    groups = r.shards === 1 ? [[...u.layers, u.tail]] : [...cut(u.layers, r.shards - 1), [u.tail]];
   } else {
-    const all = [u.head!, ...u.layers, u.tail];
-    const runs = partition(all.map(bytesOf), r.shards);
-    groups = [];
-    let i = 0;
-    for (const n of runs) {
-      groups.push(all.slice(i, i + n));
-      i += n;
-    }
+    groups = cut([u.head!, ...u.layers, u.tail], r.shards);
   }
   const shards = groups.map((g, i) => ({ file: shardFileName(r.arch, i, groups.length), tensors: g.flatMap((x) => x.tensors) }));
   let totalSize = 0;

@@ -101,15 +101,13 @@ export async function synthCheckpoint(opts: SynthOptions): Promise<SynthResult> 
   const record = synthRecord(resolved, opts.extraFiles);
   const out = path.resolve(opts.out);
   const plan = planCheckpoint(resolved);
-  const shardNames = plan.shards.map((s) => s.file);
   const fileBytes = planFileBytes(plan);
+  const result = (skipped: boolean): SynthResult => ({ dir: out, skipped, resolved, shards: plan.shards.map((s) => s.file), tensors: plan.tensorCount, bytes: fileBytes, seconds: (performance.now() - t0) / 1000 });
 
   let existing = false;
   if (fs.existsSync(out)) {
     if (!fs.statSync(out).isDirectory()) throw new UserError(`synth: ${out} exists and is not a directory`);
-    if (sameRecord(readRecord(out), record)) {
-      return { dir: out, skipped: true, resolved, shards: shardNames, tensors: plan.tensorCount, bytes: fileBytes, seconds: (performance.now() - t0) / 1000 };
-    }
+    if (sameRecord(readRecord(out), record)) return result(true);
     if (!opts.force) throw new UserError(`synth: ${out} already exists and was not written by synth with these options (--force replaces it)`);
     if (!replaceable(out)) throw new UserError(`synth: ${out} is not empty and does not look like a checkpoint directory; refusing to replace it even with --force`);
     existing = true;
@@ -122,54 +120,71 @@ export async function synthCheckpoint(opts: SynthOptions): Promise<SynthResult> 
   await fsp.mkdir(tmp);
   let ok = false;
   try {
-    let done = 0;
-    let lastReport = 0;
-    for (const shard of plan.shards) {
-      const tensors = shard.tensors.map((tp) => ({ name: tp.name, dtype: tp.dtype, shape: tp.shape, fill: makeFill(tp, resolved.seed) }));
-      const before = done;
-      await writeSafetensors(path.join(tmp, shard.file), tensors, {
-        signal: opts.signal,
-        onBytes: (n) => {
-          done = before + n;
-          const now = performance.now();
-          if (opts.onProgress && now - lastReport > 250) {
-            lastReport = now;
-            opts.onProgress(done, fileBytes);
-          }
-        },
-      });
-    }
-    opts.onProgress?.(fileBytes, fileBytes);
-    if (plan.shards.length > 1) {
-      const wm: Record<string, string> = {};
-      for (const s of plan.shards) for (const tp of s.tensors) wm[tp.name] = s.file;
-      await writeFileAtomic(path.join(tmp, 'model.safetensors.index.json'), indexJson(plan.totalSize, wm));
-    }
-    await writeFileAtomic(path.join(tmp, 'config.json'), JSON.stringify(buildConfig(resolved), null, 2) + '\n');
-    for (const [name, data] of Object.entries(extra)) await writeFileAtomic(path.join(tmp, name), data);
-    await writeFileAtomic(path.join(tmp, 'synth.json'), JSON.stringify(record, null, 2) + '\n');
-
-    if (existing) {
-      const old = `${out}.old-${process.pid}`;
-      await fsp.rename(out, old);
-      await fsp.rename(tmp, out);
-      await fsp.rm(old, { recursive: true, force: true });
-    } else {
-      try {
-        await fsp.rename(tmp, out);
-      } catch (e) {
-        // Another process finished the same checkpoint first: theirs is as good as ours.
-        const code = (e as NodeJS.ErrnoException).code;
-        if ((code === 'ENOTEMPTY' || code === 'EEXIST') && sameRecord(readRecord(out), record)) {
-          await fsp.rm(tmp, { recursive: true, force: true });
-          return { dir: out, skipped: true, resolved, shards: shardNames, tensors: plan.tensorCount, bytes: fileBytes, seconds: (performance.now() - t0) / 1000 };
-        }
-        throw e;
-      }
-    }
+    await writeShards(tmp, plan, resolved.seed, fileBytes, opts);
+    await writeSidecars(tmp, plan, resolved, record, extra);
+    const skipped = await publish(tmp, out, existing, record);
     ok = true;
+    return result(skipped);
   } finally {
     if (!ok) await fsp.rm(tmp, { recursive: true, force: true }).catch(() => {});
   }
-  return { dir: out, skipped: false, resolved, shards: shardNames, tensors: plan.tensorCount, bytes: fileBytes, seconds: (performance.now() - t0) / 1000 };
+}
+
+/** The shard files, each tensor filled from its generator, reporting progress at most every 250 ms. */
+async function writeShards(tmp: string, plan: CheckpointPlan, seed: number, fileBytes: number, opts: SynthOptions): Promise<void> {
+  let done = 0;
+  let lastReport = 0;
+  for (const shard of plan.shards) {
+    const tensors = shard.tensors.map((tp) => ({ name: tp.name, dtype: tp.dtype, shape: tp.shape, fill: makeFill(tp, seed) }));
+    const before = done;
+    await writeSafetensors(path.join(tmp, shard.file), tensors, {
+      signal: opts.signal,
+      onBytes: (n) => {
+        done = before + n;
+        const now = performance.now();
+        if (opts.onProgress && now - lastReport > 250) {
+          lastReport = now;
+          opts.onProgress(done, fileBytes);
+        }
+      },
+    });
+  }
+  opts.onProgress?.(fileBytes, fileBytes);
+}
+
+/** Everything beside the shards: the index when sharded, config.json, the extra files, synth.json last. */
+async function writeSidecars(tmp: string, plan: CheckpointPlan, resolved: ResolvedSynth, record: Record<string, unknown>, extra: Record<string, string | Uint8Array>): Promise<void> {
+  if (plan.shards.length > 1) {
+    const wm: Record<string, string> = {};
+    for (const s of plan.shards) for (const tp of s.tensors) wm[tp.name] = s.file;
+    await writeFileAtomic(path.join(tmp, 'model.safetensors.index.json'), indexJson(plan.totalSize, wm));
+  }
+  await writeFileAtomic(path.join(tmp, 'config.json'), JSON.stringify(buildConfig(resolved), null, 2) + '\n');
+  for (const [name, data] of Object.entries(extra)) await writeFileAtomic(path.join(tmp, name), data);
+  await writeFileAtomic(path.join(tmp, 'synth.json'), JSON.stringify(record, null, 2) + '\n');
+}
+
+/**
+ * Renames the finished `tmp` to `out` (replacing an `existing` one); true when another process
+ * finished the same checkpoint first, whose copy is kept (it is as good as ours).
+ */
+async function publish(tmp: string, out: string, existing: boolean, record: Record<string, unknown>): Promise<boolean> {
+  if (existing) {
+    const old = `${out}.old-${process.pid}`;
+    await fsp.rename(out, old);
+    await fsp.rename(tmp, out);
+    await fsp.rm(old, { recursive: true, force: true });
+    return false;
+  }
+  try {
+    await fsp.rename(tmp, out);
+    return false;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if ((code === 'ENOTEMPTY' || code === 'EEXIST') && sameRecord(readRecord(out), record)) {
+      await fsp.rm(tmp, { recursive: true, force: true });
+      return true;
+    }
+    throw e;
+  }
 }

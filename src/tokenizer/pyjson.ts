@@ -137,95 +137,37 @@ const INT_KEY = /^(0|[1-9]\d*)$/;
  * Infinity / -Infinity are accepted. Throws PyJsonError where Python raises JSONDecodeError.
  */
 export function pyLoads(text: string): unknown {
-  let i = 0;
-  const fail = (what: string): never => {
-    throw new PyJsonError(`${what} at char ${i}`);
-  };
-  const ws = (): void => {
-    while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
-  };
-  const str = (): string => {
-    i++; // opening quote
-    let s = '';
-    for (;;) {
-      const j = i;
-      while (i < text.length && text[i] !== '"' && text[i] !== '\\' && text.charCodeAt(i) >= 0x20) i++;
-      s += text.slice(j, i);
-      if (i >= text.length) fail('unterminated string');
-      const c = text[i]!;
-      if (c === '"') {
-        i++;
-        return s;
-      }
-      if (c !== '\\') fail('invalid control character');
-      const e = text[i + 1];
-      const simple: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
-      if (e !== undefined && simple[e] !== undefined) {
-        s += simple[e];
-        i += 2;
-      } else if (e === 'u' && /^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) {
-        s += String.fromCharCode(parseInt(text.slice(i + 2, i + 6), 16));
-        i += 6;
-      } else fail('invalid escape');
-    }
-  };
-  const NUM = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
-  const value = (): unknown => {
-    ws();
-    const c = text[i];
-    if (c === '{') {
-      i++;
-      const entries: [string, unknown][] = [];
-      const at = new Map<string, number>();
-      ws();
-      if (text[i] === '}') {
-        i++;
-        return {};
-      }
-      for (;;) {
-        ws();
-        if (text[i] !== '"') fail('expecting property name');
-        const k = str();
-        ws();
-        if (text[i] !== ':') fail("expecting ':'");
-        i++;
-        const v = value();
-        const pos = at.get(k);
-        if (pos === undefined) {
-          at.set(k, entries.length);
-          entries.push([k, v]);
-        } else entries[pos]![1] = v;
-        ws();
-        if (text[i] === ',') i++;
-        else if (text[i] === '}') {
-          i++;
-          break;
-        } else fail("expecting ',' or '}'");
-      }
-      if (entries.some(([k]) => INT_KEY.test(k))) return new PyDict(entries);
-      const o: Record<string, unknown> = {};
-      for (const [k, v] of entries) Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
-      return o;
-    }
-    if (c === '[') {
-      i++;
-      const a: unknown[] = [];
-      ws();
-      if (text[i] === ']') {
-        i++;
-        return a;
-      }
-      for (;;) {
-        a.push(value());
-        ws();
-        if (text[i] === ',') i++;
-        else if (text[i] === ']') {
-          i++;
-          return a;
-        } else fail("expecting ',' or ']'");
-      }
-    }
-    if (c === '"') return str();
+  const r = new PyJsonReader(text);
+  const v = r.value();
+  r.ws();
+  if (r.i < text.length) r.fail('extra data');
+  return v;
+}
+
+const SIMPLE_ESCAPES: Record<string, string> = { '"': '"', '\\': '\\', '/': '/', b: '\b', f: '\f', n: '\n', r: '\r', t: '\t' };
+const NUM = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
+
+/** pyLoads' recursive descent: one method per JSON production, `i` the next char. */
+class PyJsonReader {
+  i = 0;
+
+  constructor(readonly text: string) {}
+
+  fail(what: string): never {
+    throw new PyJsonError(`${what} at char ${this.i}`);
+  }
+
+  ws(): void {
+    const text = this.text;
+    while (this.i < text.length && (text[this.i] === ' ' || text[this.i] === '\t' || text[this.i] === '\n' || text[this.i] === '\r')) this.i++;
+  }
+
+  value(): unknown {
+    this.ws();
+    const c = this.text[this.i];
+    if (c === '{') return this.object();
+    if (c === '[') return this.array();
+    if (c === '"') return this.str();
     for (const [word, v] of [
       ['null', null],
       ['true', true],
@@ -234,21 +176,105 @@ export function pyLoads(text: string): unknown {
       ['Infinity', new PyNum('Infinity', true)],
       ['-Infinity', new PyNum('-Infinity', true)],
     ] as const) {
-      if (text.startsWith(word, i)) {
-        i += word.length;
+      if (this.text.startsWith(word, this.i)) {
+        this.i += word.length;
         return v;
       }
     }
-    NUM.lastIndex = i;
-    const m = NUM.exec(text);
-    if (!m) return fail('expecting value');
-    i += m[0].length;
+    return this.number();
+  }
+
+  private str(): string {
+    const text = this.text;
+    this.i++; // opening quote
+    let s = '';
+    for (;;) {
+      const j = this.i;
+      while (this.i < text.length && text[this.i] !== '"' && text[this.i] !== '\\' && text.charCodeAt(this.i) >= 0x20) this.i++;
+      s += text.slice(j, this.i);
+      if (this.i >= text.length) this.fail('unterminated string');
+      const c = text[this.i]!;
+      if (c === '"') {
+        this.i++;
+        return s;
+      }
+      if (c !== '\\') this.fail('invalid control character');
+      const e = text[this.i + 1];
+      if (e !== undefined && SIMPLE_ESCAPES[e] !== undefined) {
+        s += SIMPLE_ESCAPES[e];
+        this.i += 2;
+      } else if (e === 'u' && /^[0-9a-fA-F]{4}$/.test(text.slice(this.i + 2, this.i + 6))) {
+        s += String.fromCharCode(parseInt(text.slice(this.i + 2, this.i + 6), 16));
+        this.i += 6;
+      } else this.fail('invalid escape');
+    }
+  }
+
+  /** A dict in document order, the last of duplicate keys in the first one's place. */
+  private object(): unknown {
+    const text = this.text;
+    this.i++;
+    const entries: [string, unknown][] = [];
+    const at = new Map<string, number>();
+    this.ws();
+    if (text[this.i] === '}') {
+      this.i++;
+      return {};
+    }
+    for (;;) {
+      this.ws();
+      if (text[this.i] !== '"') this.fail('expecting property name');
+      const k = this.str();
+      this.ws();
+      if (text[this.i] !== ':') this.fail("expecting ':'");
+      this.i++;
+      const v = this.value();
+      const pos = at.get(k);
+      if (pos === undefined) {
+        at.set(k, entries.length);
+        entries.push([k, v]);
+      } else entries[pos]![1] = v;
+      this.ws();
+      if (text[this.i] === ',') this.i++;
+      else if (text[this.i] === '}') {
+        this.i++;
+        break;
+      } else this.fail("expecting ',' or '}'");
+    }
+    if (entries.some(([k]) => INT_KEY.test(k))) return new PyDict(entries);
+    const o: Record<string, unknown> = {};
+    for (const [k, v] of entries) Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+    return o;
+  }
+
+  private array(): unknown[] {
+    const text = this.text;
+    this.i++;
+    const a: unknown[] = [];
+    this.ws();
+    if (text[this.i] === ']') {
+      this.i++;
+      return a;
+    }
+    for (;;) {
+      a.push(this.value());
+      this.ws();
+      if (text[this.i] === ',') this.i++;
+      else if (text[this.i] === ']') {
+        this.i++;
+        return a;
+      } else this.fail("expecting ',' or ']'");
+    }
+  }
+
+  /** Ints and floats kept apart: a float JS would spell as an int, or an int past 2^53, is a PyNum. */
+  private number(): unknown {
+    NUM.lastIndex = this.i;
+    const m = NUM.exec(this.text);
+    if (!m) return this.fail('expecting value');
+    this.i += m[0].length;
     const n = Number(m[0]);
     if (m[1] === undefined && m[2] === undefined) return Number.isSafeInteger(n) ? n : new PyNum(m[0], false);
     return Number.isInteger(n) || !Number.isFinite(n) ? new PyNum(m[0], true) : n;
-  };
-  const v = value();
-  ws();
-  if (i < text.length) fail('extra data');
-  return v;
+  }
 }

@@ -200,14 +200,7 @@ export class Tokenizer {
   /** Text → ids. No BOS/EOS is added (docs/spec/ARCHITECTURE.md §6.3 step 4). */
   encode(text: string, opts: EncodeOptions = {}): number[] {
     const out: number[] = [];
-    const matcher = this.matcher(opts.allowSpecial);
-    const chunks = this.referenceSplit ? referenceChunks(text) : [text];
-    for (const chunk of chunks) {
-      for (const seg of splitSpecials(chunk, matcher)) {
-        if (seg.special) out.push(this.specials.get(seg.text)!);
-        else for (const piece of splitPieces(seg.text)) bpe(Buffer.from(piece, 'utf8').toString('latin1'), this.ranks, out);
-      }
-    }
+    this.split(text, opts, (special) => out.push(this.specials.get(special)!), (piece) => bpe(Buffer.from(piece, 'utf8').toString('latin1'), this.ranks, out));
     return out;
   }
 
@@ -219,15 +212,20 @@ export class Tokenizer {
   /** The pre-token split (debugging and tests): regex pieces and special matches, in order. */
   pretokenize(text: string, opts: EncodeOptions = {}): Segment[] {
     const out: Segment[] = [];
+    this.split(text, opts, (special) => out.push({ text: special, special: true }), (piece) => out.push({ text: piece, special: false }));
+    return out;
+  }
+
+  /** The pre-token split, in order: each special string matched, and each regex piece of the text between. */
+  private split(text: string, opts: EncodeOptions, onSpecial: (text: string) => void, onPiece: (piece: string) => void): void {
     const matcher = this.matcher(opts.allowSpecial);
     const chunks = this.referenceSplit ? referenceChunks(text) : [text];
     for (const chunk of chunks) {
       for (const seg of splitSpecials(chunk, matcher)) {
-        if (seg.special) out.push(seg);
-        else for (const piece of splitPieces(seg.text)) out.push({ text: piece, special: false });
+        if (seg.special) onSpecial(seg.text);
+        else for (const piece of splitPieces(seg.text)) onPiece(piece);
       }
     }
-    return out;
   }
 
   /** The bytes of one id (a special decodes to its string). Throws UserError for unknown ids. */

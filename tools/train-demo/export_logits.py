@@ -1,6 +1,6 @@
 """Write the numpy model's logits of the shipped demo checkpoint on 32 positions to
 test/fixtures/demo-trained/ (numpy-logits.npy, float32 [32, vocab], and ids.json),
-for test/demo-trained.test.ts to compare with the engine's (max |diff| < 1e-3).
+for test/model/demo-trained.test.ts to compare with the engine's (max |diff| < 1e-3).
 
   python3 tools/train-demo/export_logits.py [--model models-shipped/demo-k3-trained]
 """

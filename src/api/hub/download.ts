@@ -59,94 +59,123 @@ async function writeAt(fh: fsp.FileHandle, chunk: Uint8Array, pos: number, part:
   }
 }
 
+/** Where a download stands: bytes in the part, and bytes the current request brought. */
+interface Cursor {
+  have: number;
+  got: number;
+}
+
 /** Bring the part to the file's full size from the Hub, hashing into `d`; returns the retries. */
 async function download(ctx: FileCtx, f: HubFile, part: string, d: Digest): Promise<number> {
-  const url = resolveUrl(ctx.env, ctx.repo, ctx.commit, f.path);
   const what = `${ctx.repo}: ${f.path}`;
   const fh = await fsp.open(part, fs.existsSync(part) ? 'r+' : 'w+');
   let retries = 0;
   try {
-    let have = (await fh.stat()).size;
-    if (have > f.size) {
-      await fh.truncate(0);
-      have = 0;
-    }
-    if (have > 0) {
-      await digestRange(fh, d, have);
-      ctx.onBytes(have);
-    }
-    for (let failures = 0; have < f.size;) {
-      const ac = new AbortController();
-      const onAbort = () => ac.abort(ctx.signal.reason);
-      ctx.signal.addEventListener('abort', onAbort, { once: true });
-      let timer: NodeJS.Timeout | undefined;
-      const arm = () => {
-        clearTimeout(timer);
-        timer = setTimeout(() => ac.abort(new Transient(`no data for ${ctx.policy.stallMs / 1000} s`)), ctx.policy.stallMs);
-      };
-      let got = 0;
-      try {
-        arm();
-        const res = await hubGet(ctx.env, url, { range: `bytes=${have}-`, 'accept-encoding': 'identity' }, ac.signal);
-        if (res.status === 200 && have > 0) {
-          // The server ignored the range: its body starts at byte 0.
-          await fh.truncate(0);
-          ctx.onBytes(-have);
-          have = 0;
-          d.reset();
-        } else if (res.status === 206) {
-          const start = /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '');
-          if (!start || Number(start[1]) !== have) {
-            await res.body?.cancel();
-            throw new Transient(`answer to a range from byte ${have} starts at ${start?.[1] ?? '?'}`);
-          }
-        } else if (res.status !== 200) {
-          throw await refusal(res, what, ctx.env);
-        }
-        if (!res.body) throw new Transient('no body');
-        const reader = res.body.getReader();
-        for (;;) {
-          let r: ReadableStreamReadResult<Uint8Array>;
-          try {
-            r = await reader.read();
-          } catch (e) {
-            throw ac.signal.reason instanceof Transient ? ac.signal.reason : new Transient(`${url.host}: ${describe(e)}`);
-          }
-          if (r.done) break;
-          arm();
-          if (have + r.value.byteLength > f.size) {
-            await reader.cancel();
-            throw new UserError(`pull: ${what}: the Hub sent more than the ${f.size} bytes it lists`, 1);
-          }
-          await writeAt(fh, r.value, have, part);
-          d.update(r.value);
-          have += r.value.byteLength;
-          got += r.value.byteLength;
-          ctx.onBytes(r.value.byteLength);
-          ctx.onFetched(r.value.byteLength);
-        }
-        if (have < f.size) throw new Transient(`connection closed at byte ${have} of ${f.size}`);
-      } catch (e) {
-        if (ctx.signal.aborted) throw ctx.signal.reason;
-        const t = e instanceof Transient ? e : ac.signal.reason instanceof Transient ? ac.signal.reason : null;
-        if (!t) throw e;
-        failures = got > 0 ? 1 : failures + 1; // a try that brought bytes ends a streak of failures
-        if (failures > ctx.policy.retries) throw new Unreachable(`pull: ${what}: gave up after ${ctx.policy.retries} retries (${t.message}); rerun to resume from byte ${have}`);
-        retries++;
-        const wait = backoff(ctx.policy, failures);
-        ctx.onNote(`${f.path}: ${t.message}; resuming from byte ${have} in ${(wait / 1000).toFixed(1)} s`);
-        await sleep(wait, undefined, { signal: ctx.signal }).catch(() => {});
-        if (ctx.signal.aborted) throw ctx.signal.reason;
-      } finally {
-        clearTimeout(timer);
-        ctx.signal.removeEventListener('abort', onAbort);
-      }
+    const at: Cursor = { have: await resume(ctx, fh, f, d), got: 0 };
+    for (let failures = 0; at.have < f.size;) {
+      at.got = 0;
+      const t = await tryOnce(ctx, f, part, fh, d, at);
+      if (!t) continue;
+      failures = at.got > 0 ? 1 : failures + 1; // a try that brought bytes ends a streak of failures
+      if (failures > ctx.policy.retries) throw new Unreachable(`pull: ${what}: gave up after ${ctx.policy.retries} retries (${t.message}); rerun to resume from byte ${at.have}`);
+      retries++;
+      const wait = backoff(ctx.policy, failures);
+      ctx.onNote(`${f.path}: ${t.message}; resuming from byte ${at.have} in ${(wait / 1000).toFixed(1)} s`);
+      await sleep(wait, undefined, { signal: ctx.signal }).catch(() => {});
+      if (ctx.signal.aborted) throw ctx.signal.reason;
     }
     await fh.sync();
   } finally {
     await fh.close();
   }
   return retries;
+}
+
+/** The bytes a part already holds, hashed into `d` (none when it is longer than the file). */
+async function resume(ctx: FileCtx, fh: fsp.FileHandle, f: HubFile, d: Digest): Promise<number> {
+  const have = (await fh.stat()).size;
+  if (have > f.size) {
+    await fh.truncate(0);
+    return 0;
+  }
+  if (have > 0) {
+    await digestRange(fh, d, have);
+    ctx.onBytes(have);
+  }
+  return have;
+}
+
+/**
+ * One request for the rest of the file, aborted when no data comes for `stallMs`; returns the
+ * transient failure that ended it short, or null when the part is complete.
+ */
+async function tryOnce(ctx: FileCtx, f: HubFile, part: string, fh: fsp.FileHandle, d: Digest, at: Cursor): Promise<Transient | null> {
+  const ac = new AbortController();
+  const onAbort = () => ac.abort(ctx.signal.reason);
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => ac.abort(new Transient(`no data for ${ctx.policy.stallMs / 1000} s`)), ctx.policy.stallMs);
+  };
+  try {
+    arm();
+    await fetchRest(ctx, f, part, fh, d, at, ac.signal, arm);
+    if (at.have < f.size) throw new Transient(`connection closed at byte ${at.have} of ${f.size}`);
+    return null;
+  } catch (e) {
+    if (ctx.signal.aborted) throw ctx.signal.reason;
+    const t = e instanceof Transient ? e : ac.signal.reason instanceof Transient ? ac.signal.reason : null;
+    if (!t) throw e;
+    return t;
+  } finally {
+    clearTimeout(timer);
+    ctx.signal.removeEventListener('abort', onAbort);
+  }
+}
+
+/** GET from byte `at.have` on, appending to the part and hashing; `arm` restarts the stall timer. */
+async function fetchRest(ctx: FileCtx, f: HubFile, part: string, fh: fsp.FileHandle, d: Digest, at: Cursor, signal: AbortSignal, arm: () => void): Promise<void> {
+  const url = resolveUrl(ctx.env, ctx.repo, ctx.commit, f.path);
+  const what = `${ctx.repo}: ${f.path}`;
+  const res = await hubGet(ctx.env, url, { range: `bytes=${at.have}-`, 'accept-encoding': 'identity' }, signal);
+  if (res.status === 200 && at.have > 0) {
+    // The server ignored the range: its body starts at byte 0.
+    await fh.truncate(0);
+    ctx.onBytes(-at.have);
+    at.have = 0;
+    d.reset();
+  } else if (res.status === 206) {
+    const start = /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '');
+    if (!start || Number(start[1]) !== at.have) {
+      await res.body?.cancel();
+      throw new Transient(`answer to a range from byte ${at.have} starts at ${start?.[1] ?? '?'}`);
+    }
+  } else if (res.status !== 200) {
+    throw await refusal(res, what, ctx.env);
+  }
+  if (!res.body) throw new Transient('no body');
+  const reader = res.body.getReader();
+  for (;;) {
+    let r: ReadableStreamReadResult<Uint8Array>;
+    try {
+      r = await reader.read();
+    } catch (e) {
+      throw signal.reason instanceof Transient ? signal.reason : new Transient(`${url.host}: ${describe(e)}`);
+    }
+    if (r.done) return;
+    arm();
+    if (at.have + r.value.byteLength > f.size) {
+      await reader.cancel();
+      throw new UserError(`pull: ${what}: the Hub sent more than the ${f.size} bytes it lists`, 1);
+    }
+    await writeAt(fh, r.value, at.have, part);
+    d.update(r.value);
+    at.have += r.value.byteLength;
+    at.got += r.value.byteLength;
+    ctx.onBytes(r.value.byteLength);
+    ctx.onFetched(r.value.byteLength);
+  }
 }
 
 /** Fill the part from a cached copy: a hard link when the filesystem allows, else a copy. */

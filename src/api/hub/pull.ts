@@ -183,126 +183,52 @@ export async function pull(opts: PullOptions): Promise<PullResult> {
   const workDir = path.join(dir, WORK_DIR);
   fs.mkdirSync(workDir, { recursive: true });
   const unlock = lockFolder(workDir, dir);
-  let done = 0, fetched = 0, total = 0, filesDone = 0, files = 0;
-  const progress = () => opts.onProgress?.({ done, total, fetched, filesDone, files });
-  const ctxOf = (commit: string): FileCtx => ({
-    env, policy, signal, repo, commit, dir, workDir, onNote: note,
-    onBytes: (n) => {
-      done += n;
-      progress();
-    },
-    onFetched: (n) => {
-      fetched += n;
-    },
-  });
+  const tally: PullProgress = { done: 0, total: 0, fetched: 0, filesDone: 0, files: 0 };
+  const progress = () => opts.onProgress?.({ ...tally });
   try {
     const prev = readRecord(dir);
     if (prev && prev.repo !== repo) throw new UserError(`pull: ${dir} holds a pull of ${prev.repo}; pull ${repo} into another folder`);
     const { commit, listing } = await pin(env, policy, signal, note, repo, revision, dir, prev);
     if (prev && prev.commit !== commit) note(`${dir} was pulled at ${prev.commit.slice(0, 12)}; ${revision} is now ${commit.slice(0, 12)}: changed files are replaced`);
-    const ctx = ctxOf(commit);
-
-    // Files an earlier pull moved into place are trusted when unchanged since; others found at their
-    // final name are hashed, and kept if they match.
-    const finalOf = (f: HubFile) => path.join(dir, ...f.path.split('/'));
-    const placed: Record<string, PlacedFile> = {};
-    const inPlace = async (f: HubFile): Promise<boolean> => {
-      const st = statOrNull(finalOf(f));
-      if (!st?.isFile() || st.size !== f.size) return false;
-      const r = prev?.files[f.path];
-      const trusted = r !== undefined && r.etag === etagOf(f) && r.size === f.size && r.mtime_ms === st.mtimeMs;
-      if (!trusted && f.size >= 1 << 30) note(`${f.path}: found in ${dir} but not placed there by a pull: checking its ${f.sha256 ? 'sha256' : 'blob id'}`);
-      const ok = trusted || (await digestFile(finalOf(f), f));
-      if (ok) placed[f.path] = { etag: etagOf(f), size: f.size, mtime_ms: st.mtimeMs };
-      return ok;
+    const ctx: FileCtx = {
+      env, policy, signal, repo, commit, dir, workDir, onNote: note,
+      onBytes: (n) => {
+        tally.done += n;
+        progress();
+      },
+      onFetched: (n) => {
+        tally.fetched += n;
+      },
     };
-
-    const indexEntry = listing.find((f) => f.path === INDEX_FILE);
-    let index: { map: Record<string, string>; bytes: Uint8Array | null } | null = null;
-    if (indexEntry) {
-      const cached = cachedCopy(env, repo, commit, indexEntry);
-      const local = (await inPlace(indexEntry)) ? finalOf(indexEntry) : cached !== null && (await digestFile(cached, indexEntry)) ? cached : null;
-      index = await readIndex(ctx, indexEntry, local);
-    }
+    const placed: Record<string, PlacedFile> = {};
+    const inPlace = inPlaceCheck(dir, prev, placed, note);
+    const index = await indexOf(ctx, listing, inPlace);
     const include = opts.include ?? [];
     const exclude = opts.exclude ?? [];
     const { keep, skipped } = selectFiles(listing, index ? index.map : null, include, exclude);
-
-    // Where each file comes from, and the space the new bytes need.
-    const todo: { f: HubFile; source: Source }[] = [];
-    const present: string[] = [];
-    let need = 0;
-    const devOfDir = fs.statSync(dir).dev;
-    for (const f of keep) {
-      if (placed[f.path] || (await inPlace(f))) {
-        present.push(f.path);
-        continue;
-      }
-      const cached = cachedCopy(env, repo, commit, f);
-      if (f === indexEntry && index?.bytes) {
-        todo.push({ f, source: { kind: 'memory', bytes: index.bytes } });
-        need += f.size;
-      } else if (cached !== null) {
-        todo.push({ f, source: { kind: 'cache', file: cached } });
-        if (fs.statSync(cached).dev !== devOfDir) need += f.size;
-      } else {
-        todo.push({ f, source: { kind: 'hub' } });
-        need += f.size - Math.min(f.size, statOrNull(partPath(workDir, f))?.size ?? 0);
-      }
-    }
-    const missing = todo.filter((t) => t.source.kind === 'hub');
-    if (env.offline && missing.length > 0) {
-      const names = missing.map((t) => t.f.path);
-      throw new UserError(`pull: ${env.offlineWhy} and ${names.length} file(s) of ${repo}@${commit.slice(0, 12)} are not in the Hub cache: ${names.slice(0, 5).join(', ')}${names.length > 5 ? ', ...' : ''}`);
-    }
-    const free = (opts.freeSpace ?? freeBytes)(dir);
-    if (need > free) throw new UserError(`pull: ${dir}: ${repo}@${commit.slice(0, 12)} needs ${formatBytes(need)} more but the filesystem has ${formatBytes(free)} free`, 1);
+    const { todo, present, need } = await sources(ctx, keep, index, placed, inPlace);
+    checkRoom(ctx, todo, need, opts.freeSpace ?? freeBytes);
 
     const rec: PullRecord = { version: 1, repo, revision, commit, endpoint: env.endpoint.origin, complete: false, include, exclude, listing, skipped, files: placed };
     writeRecord(dir, rec);
-    total = keep.reduce((a, f) => a + f.size, 0);
-    done = present.reduce((a, p) => a + placed[p]!.size, 0);
-    files = keep.length;
-    filesDone = present.length;
+    tally.total = keep.reduce((a, f) => a + f.size, 0);
+    tally.done = present.reduce((a, p) => a + placed[p]!.size, 0);
+    tally.files = keep.length;
+    tally.filesDone = present.length;
     progress();
 
-    // Small files first (the config is there early), then in path order.
-    todo.sort((a, b) => (a.f.size < 1 << 20) !== (b.f.size < 1 << 20) ? (a.f.size < 1 << 20 ? -1 : 1) : a.f.path < b.f.path ? -1 : 1);
-    const fromCache: string[] = [];
-    const refetched: string[] = [];
-    let retries = 0;
-    let failure: unknown = null;
-    let next = 0;
-    const worker = async () => {
-      while (next < todo.length && failure === null) {
-        const { f, source } = todo[next++]!;
-        try {
-          const r = await placeFile(ctx, f, source);
-          if (r.via === 'cache') fromCache.push(f.path);
-          if (r.refetched) refetched.push(f.path);
-          retries += r.retries;
-          const st = fs.statSync(finalOf(f));
-          rec.files[f.path] = { etag: etagOf(f), size: f.size, mtime_ms: st.mtimeMs };
-          writeRecord(dir, rec);
-          filesDone++;
-          progress();
-        } catch (e) {
-          if (failure === null) {
-            failure = e;
-            stop.abort(e);
-          }
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.max(1, Math.min(opts.jobs ?? 8, todo.length)) }, worker));
-    if (failure !== null) throw failure;
-
+    const got = await placeAll(ctx, todo, opts.jobs ?? 8, stop, (f) => {
+      rec.files[f.path] = { etag: etagOf(f), size: f.size, mtime_ms: fs.statSync(finalPath(dir, f)).mtimeMs };
+      writeRecord(dir, rec);
+      tally.filesDone++;
+      progress();
+    });
     rec.complete = true;
     writeRecord(dir, rec);
     fs.rmSync(workDir, { recursive: true, force: true }); // leftovers of other revisions' parts, and the lock
     return {
-      repo, revision, commit, dir, offline: env.offline, files: keep.map((f) => f.path), bytes: total, fetched, fromCache: fromCache.sort(), present,
-      skipped, refetched: refetched.sort(), retries, seconds: (performance.now() - t0) / 1000,
+      repo, revision, commit, dir, offline: env.offline, files: keep.map((f) => f.path), bytes: tally.total, fetched: tally.fetched, fromCache: got.fromCache.sort(), present,
+      skipped, refetched: got.refetched.sort(), retries: got.retries, seconds: (performance.now() - t0) / 1000,
     };
   } catch (e) {
     // A first pull that failed before it wrote anything (a mistyped name, no access) leaves no folder.
@@ -311,4 +237,105 @@ export async function pull(opts: PullOptions): Promise<PullResult> {
   } finally {
     if (fs.existsSync(workDir)) unlock();
   }
+}
+
+type Index = { map: Record<string, string>; bytes: Uint8Array | null };
+type InPlace = (f: HubFile) => Promise<boolean>;
+type Todo = { f: HubFile; source: Source };
+
+const finalPath = (dir: string, f: HubFile): string => path.join(dir, ...f.path.split('/'));
+
+/**
+ * Whether a file already sits at its final name, recording it in `placed` when so. Files an earlier
+ * pull moved into place are trusted when unchanged since; others are hashed, and kept if they match.
+ */
+function inPlaceCheck(dir: string, prev: PullRecord | null, placed: Record<string, PlacedFile>, note: (m: string) => void): InPlace {
+  return async (f) => {
+    const st = statOrNull(finalPath(dir, f));
+    if (!st?.isFile() || st.size !== f.size) return false;
+    const r = prev?.files[f.path];
+    const trusted = r !== undefined && r.etag === etagOf(f) && r.size === f.size && r.mtime_ms === st.mtimeMs;
+    if (!trusted && f.size >= 1 << 30) note(`${f.path}: found in ${dir} but not placed there by a pull: checking its ${f.sha256 ? 'sha256' : 'blob id'}`);
+    const ok = trusted || (await digestFile(finalPath(dir, f), f));
+    if (ok) placed[f.path] = { etag: etagOf(f), size: f.size, mtime_ms: st.mtimeMs };
+    return ok;
+  };
+}
+
+/** The listing's index, from the folder, the Hub cache or the Hub; null when the repository has none. */
+async function indexOf(ctx: FileCtx, listing: HubFile[], inPlace: InPlace): Promise<Index | null> {
+  const entry = listing.find((f) => f.path === INDEX_FILE);
+  if (!entry) return null;
+  const cached = cachedCopy(ctx.env, ctx.repo, ctx.commit, entry);
+  const local = (await inPlace(entry)) ? finalPath(ctx.dir, entry) : cached !== null && (await digestFile(cached, entry)) ? cached : null;
+  return readIndex(ctx, entry, local);
+}
+
+/** Where each file comes from (an index fetched already, the Hub cache, the Hub), and the space the new bytes need. */
+async function sources(ctx: FileCtx, keep: HubFile[], index: Index | null, placed: Record<string, PlacedFile>, inPlace: InPlace): Promise<{ todo: Todo[]; present: string[]; need: number }> {
+  const todo: Todo[] = [];
+  const present: string[] = [];
+  let need = 0;
+  const devOfDir = fs.statSync(ctx.dir).dev;
+  for (const f of keep) {
+    if (placed[f.path] || (await inPlace(f))) {
+      present.push(f.path);
+      continue;
+    }
+    const cached = cachedCopy(ctx.env, ctx.repo, ctx.commit, f);
+    if (f.path === INDEX_FILE && index?.bytes) {
+      todo.push({ f, source: { kind: 'memory', bytes: index.bytes } });
+      need += f.size;
+    } else if (cached !== null) {
+      todo.push({ f, source: { kind: 'cache', file: cached } });
+      if (fs.statSync(cached).dev !== devOfDir) need += f.size;
+    } else {
+      todo.push({ f, source: { kind: 'hub' } });
+      need += f.size - Math.min(f.size, statOrNull(partPath(ctx.workDir, f))?.size ?? 0);
+    }
+  }
+  return { todo, present, need };
+}
+
+/** Refuses, before any byte moves, a pull that needs the network offline or more space than there is. */
+function checkRoom(ctx: FileCtx, todo: Todo[], need: number, freeSpace: (dir: string) => number): void {
+  const { env, repo, commit, dir } = ctx;
+  const missing = todo.filter((t) => t.source.kind === 'hub');
+  if (env.offline && missing.length > 0) {
+    const names = missing.map((t) => t.f.path);
+    throw new UserError(`pull: ${env.offlineWhy} and ${names.length} file(s) of ${repo}@${commit.slice(0, 12)} are not in the Hub cache: ${names.slice(0, 5).join(', ')}${names.length > 5 ? ', ...' : ''}`);
+  }
+  const free = freeSpace(dir);
+  if (need > free) throw new UserError(`pull: ${dir}: ${repo}@${commit.slice(0, 12)} needs ${formatBytes(need)} more but the filesystem has ${formatBytes(free)} free`, 1);
+}
+
+/** Places the files `jobs` at a time, small ones first; the first failure stops the others. */
+async function placeAll(ctx: FileCtx, todo: Todo[], jobs: number, stop: AbortController, onPlaced: (f: HubFile) => void): Promise<{ fromCache: string[]; refetched: string[]; retries: number }> {
+  // Small files first (the config is there early), then in path order.
+  todo.sort((a, b) => (a.f.size < 1 << 20) !== (b.f.size < 1 << 20) ? (a.f.size < 1 << 20 ? -1 : 1) : a.f.path < b.f.path ? -1 : 1);
+  const fromCache: string[] = [];
+  const refetched: string[] = [];
+  let retries = 0;
+  let failure: unknown = null;
+  let next = 0;
+  const worker = async () => {
+    while (next < todo.length && failure === null) {
+      const { f, source } = todo[next++]!;
+      try {
+        const r = await placeFile(ctx, f, source);
+        if (r.via === 'cache') fromCache.push(f.path);
+        if (r.refetched) refetched.push(f.path);
+        retries += r.retries;
+        onPlaced(f);
+      } catch (e) {
+        if (failure === null) {
+          failure = e;
+          stop.abort(e);
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(jobs, todo.length)) }, worker));
+  if (failure !== null) throw failure;
+  return { fromCache, refetched, retries };
 }

@@ -217,19 +217,72 @@ export class SchemaCompiler {
   /** Children become nodes; an impossible conjunction is null. */
   private atom(c: Cons): Atom | null {
     if (c.lits) {
-      c.lits = c.lits.filter((v) => {
-        if ((kindOf(v) & c.kinds) === 0 && !((kindOf(v) & K_INT) && (c.kinds & K_NUM))) return false;
-        if (!litFits(v, c)) return false;
-        if (typeof v === 'string') {
-          const n = codePoints(v);
-          return n >= c.minLength && n <= c.maxLength;
-        }
-        return true;
-      });
+      c.lits = c.lits.filter((v) => litHeld(v, c));
       if (c.lits.length === 0) return null;
     }
     if (c.minLength > c.maxLength) c.kinds &= ~K_STR;
-    // Object: every part (a conjunct's properties / additionalProperties) must accept a key.
+    // Nodes are made in this order (declared keys, key classes, prefix, items, additional), which numbers them.
+    const o = this.objectPart(c);
+    const a = this.arrayPart(c);
+    if (c.kinds === 0) return null;
+    return {
+      id: this.atomCount++,
+      kinds: c.kinds,
+      lits: c.lits,
+      minLength: c.minLength,
+      maxLength: c.maxLength,
+      names: o.names,
+      banned: o.banned,
+      props: o.props,
+      required: o.required,
+      additional: o.additionalOk ? this.node(...o.addParts) : null,
+      prefix: a.prefix,
+      items: a.items,
+      minItems: c.minItems,
+      maxItems: a.maxItems,
+      patterns: c.patterns,
+      lo: c.lo,
+      hi: c.hi,
+      minProps: o.minProps,
+      maxProps: c.maxProps,
+      mults: c.mults,
+      keyPats: o.keyPats,
+      keyClasses: o.keyClasses,
+      keyNames: c.keyNames,
+    };
+  }
+
+  /** Object: every part (a conjunct's properties / additionalProperties) must accept a key. Clears K_OBJ when none can be written. */
+  private objectPart(c: Cons) {
+    const { names, props, banned } = this.declaredKeys(c);
+    const addParts: Schema[] = [];
+    let additionalOk = true;
+    for (const p of c.obj) {
+      if (p.additional === false) additionalOk = false;
+      else addParts.push(p.additional);
+    }
+    const { keyPats, keyClasses } = this.keyClasses(c);
+    if (keyClasses.length > 0) {
+      // `additional` then only says that free keys may be written; their values come from keyClasses
+      additionalOk = keyClasses.some((n) => n !== null);
+      addParts.length = 0;
+      addParts.push(...c.obj.map((p) => p.additional).filter((x) => x !== false));
+    }
+    const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
+    // minProperties is reached with declared keys (free keys are not told apart, so not counted)
+    let minProps = c.minProps;
+    if (minProps > names.length) {
+      if (additionalOk) {
+        this.unsupported.add('minProperties (past the declared keys)');
+        minProps = 0;
+      } else c.kinds &= ~K_OBJ;
+    }
+    if (required.length > c.maxProps || minProps > c.maxProps) c.kinds &= ~K_OBJ;
+    return { names, props, banned, required, additionalOk, addParts, keyPats, keyClasses, minProps };
+  }
+
+  /** The declared and required keys: a value node for each key every part accepts, the others banned. */
+  private declaredKeys(c: Cons): { names: string[]; props: Node[]; banned: string[] } {
     const names: string[] = [];
     const props: Node[] = [];
     const declared = new Set<string>();
@@ -253,49 +306,36 @@ export class SchemaCompiler {
       names.push(k);
       props.push(this.node(...parts));
     }
-    const addParts: Schema[] = [];
-    let additionalOk = true;
-    for (const p of c.obj) {
-      if (p.additional === false) additionalOk = false;
-      else addParts.push(p.additional);
-    }
-    // free keys told apart by patternProperties: a value node per subset of the patterns matched
+    return { names, props, banned };
+  }
+
+  /** Free keys told apart by patternProperties: a value node per subset of the patterns matched (none without patterns or propertyNames). */
+  private keyClasses(c: Cons): { keyPats: StrPattern[]; keyClasses: Array<Node | null> } {
     let keyPats = c.obj.flatMap((p) => p.patProps.map((x) => x.pat));
     if (keyPats.length > MAX_PAT_PROPS) {
       this.unsupported.add(`patternProperties (past ${MAX_PAT_PROPS} in one object)`);
       keyPats = [];
     }
     const keyClasses: Array<Node | null> = [];
-    if (keyPats.length > 0 || c.keyNames.length > 0) {
-      for (let mask = 0; mask < 1 << keyPats.length; mask++) {
-        const parts: Schema[] = [];
-        let ok = true;
-        let bit = 0;
-        for (const p of c.obj) {
-          const own: Schema[] = [];
-          for (const x of p.patProps) if (mask & (1 << bit++)) own.push(x.schema);
-          if (own.length === 0) own.push(p.additional);
-          if (own.includes(false)) ok = false;
-          parts.push(...own);
-        }
-        keyClasses.push(ok ? this.node(...parts) : null);
+    if (keyPats.length === 0 && c.keyNames.length === 0) return { keyPats, keyClasses };
+    for (let mask = 0; mask < 1 << keyPats.length; mask++) {
+      const parts: Schema[] = [];
+      let ok = true;
+      let bit = 0;
+      for (const p of c.obj) {
+        const own: Schema[] = [];
+        for (const x of p.patProps) if (mask & (1 << bit++)) own.push(x.schema);
+        if (own.length === 0) own.push(p.additional);
+        if (own.includes(false)) ok = false;
+        parts.push(...own);
       }
-      // `additional` then only says that free keys may be written; their values come from keyClasses
-      additionalOk = keyClasses.some((n) => n !== null);
-      addParts.length = 0;
-      addParts.push(...c.obj.map((p) => p.additional).filter((x) => x !== false));
+      keyClasses.push(ok ? this.node(...parts) : null);
     }
-    const required = names.map((k, i) => (c.required.has(k) ? i : -1)).filter((i) => i >= 0);
-    // minProperties is reached with declared keys (free keys are not told apart, so not counted)
-    let minProps = c.minProps;
-    if (minProps > names.length) {
-      if (additionalOk) {
-        this.unsupported.add('minProperties (past the declared keys)');
-        minProps = 0;
-      } else c.kinds &= ~K_OBJ;
-    }
-    if (required.length > c.maxProps || minProps > c.maxProps) c.kinds &= ~K_OBJ;
-    // Array: item j must satisfy every part's schema for position j.
+    return { keyPats, keyClasses };
+  }
+
+  /** Array: item j must satisfy every part's schema for position j. Clears K_ARR when minItems cannot be met. */
+  private arrayPart(c: Cons): { prefix: Node[]; items: Node | null; maxItems: number } {
     let maxItems = c.maxItems;
     let prefixLen = 0;
     for (const a of c.arr) prefixLen = Math.max(prefixLen, a.prefix.length);
@@ -314,31 +354,17 @@ export class SchemaCompiler {
     if (!itemParts.includes(false) && maxItems > prefix.length) items = this.node(...itemParts);
     else maxItems = Math.min(maxItems, prefix.length);
     if (c.minItems > maxItems) c.kinds &= ~K_ARR;
-    if (c.kinds === 0) return null;
-    return {
-      id: this.atomCount++,
-      kinds: c.kinds,
-      lits: c.lits,
-      minLength: c.minLength,
-      maxLength: c.maxLength,
-      names,
-      banned,
-      props,
-      required,
-      additional: additionalOk ? this.node(...addParts) : null,
-      prefix,
-      items,
-      minItems: c.minItems,
-      maxItems,
-      patterns: c.patterns,
-      lo: c.lo,
-      hi: c.hi,
-      minProps,
-      maxProps: c.maxProps,
-      mults: c.mults,
-      keyPats,
-      keyClasses,
-      keyNames: c.keyNames,
-    };
+    return { prefix, items, maxItems };
   }
+}
+
+/** A literal of enum / const is kept when the conjunction's kinds, bounds and lengths allow it. */
+function litHeld(v: unknown, c: Cons): boolean {
+  if ((kindOf(v) & c.kinds) === 0 && !((kindOf(v) & K_INT) && (c.kinds & K_NUM))) return false;
+  if (!litFits(v, c)) return false;
+  if (typeof v === 'string') {
+    const n = codePoints(v);
+    return n >= c.minLength && n <= c.maxLength;
+  }
+  return true;
 }

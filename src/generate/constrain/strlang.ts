@@ -69,56 +69,22 @@ export class StrLang {
     const n = dfa.size;
     const N = n * (cap + 1);
     const dist = new Float32Array(N).fill(Infinity);
-    // reverse edges of the DFA: for each target, (source, byte)
-    const head = new Int32Array(n).fill(-1);
-    const nxt: number[] = [];
-    const src: number[] = [];
-    const byt: number[] = [];
-    for (let q = 0; q < n; q++) {
-      for (let b = 0; b < 256; b++) {
-        const t = dfa.trans[q * 256 + b]!;
-        if (t < 0 || this.cost(b) === Infinity) continue;
-        src.push(q);
-        byt.push(b);
-        nxt.push(head[t]!);
-        head[t] = src.length - 1;
-      }
-    }
-    const buckets: number[][] = [[]];
-    for (let c = 0; c <= cap; c++) {
-      for (let q = 0; q < n; q++) {
-        if (this.done(q, c)) {
-          dist[c * n + q] = 0;
-          buckets[0]!.push(c * n + q);
+    const { head, nxt, src, byt } = reverseEdges(dfa, (b) => this.cost(b) !== Infinity);
+    for (let c = 0; c <= cap; c++) for (let q = 0; q < n; q++) if (this.done(q, c)) dist[c * n + q] = 0;
+    dial(dist, (node, d, relax) => {
+      const c2 = Math.floor(node / n);
+      const t = node - c2 * n;
+      for (let e = head[t]!; e >= 0; e = nxt[e]!) {
+        const b = byt[e]!;
+        const q = src[e]!;
+        const w = d + this.cost(b);
+        if (!isLead(b)) relax(c2 * n + q, w);
+        else {
+          if (c2 >= 1 && c2 - 1 + 1 <= this.maxLength) relax((c2 - 1) * n + q, w);
+          if (c2 === cap && !Number.isFinite(this.maxLength)) relax(c2 * n + q, w);
         }
       }
-    }
-    const relax = (node: number, d: number): void => {
-      if (d >= dist[node]!) return;
-      dist[node] = d;
-      (buckets[d] ??= []).push(node);
-    };
-    for (let d = 0; d < buckets.length; d++) {
-      const list = buckets[d];
-      if (!list) continue;
-      for (let k = 0; k < list.length; k++) {
-        const node = list[k]!;
-        if (dist[node] !== d) continue;
-        const c2 = Math.floor(node / n);
-        const t = node - c2 * n;
-        for (let e = head[t]!; e >= 0; e = nxt[e]!) {
-          const b = byt[e]!;
-          const q = src[e]!;
-          const w = d + this.cost(b);
-          if (!isLead(b)) relax(c2 * n + q, w);
-          else {
-            if (c2 >= 1 && c2 - 1 + 1 <= this.maxLength) relax((c2 - 1) * n + q, w);
-            if (c2 === cap && !Number.isFinite(this.maxLength)) relax(c2 * n + q, w);
-          }
-        }
-      }
-      buckets[d] = [];
-    }
+    });
     return dist;
   }
 }
@@ -194,36 +160,50 @@ export function numLang(a: Atom, intOnly: boolean): StrLang | null {
 
 /** Fewest bytes (one a byte) from each DFA state to an end, where ending in q costs term[q] (Infinity: no end there). */
 export function shortestWithEnds(dfa: Dfa, term: Float32Array): Float32Array {
-  const n = dfa.size;
   const dist = Float32Array.from(term);
+  const { head, nxt, src } = reverseEdges(dfa, () => true);
+  dial(dist, (t, d, relax) => {
+    for (let e = head[t]!; e >= 0; e = nxt[e]!) relax(src[e]!, d + 1);
+  });
+  return dist;
+}
+
+/** The DFA's edges on the bytes `keep` allows, reversed: into state t come edges e = head[t], nxt[e], ... (-1 ends), from src[e] on byt[e]. */
+function reverseEdges(dfa: Dfa, keep: (b: number) => boolean): { head: Int32Array; nxt: number[]; src: number[]; byt: number[] } {
+  const n = dfa.size;
   const head = new Int32Array(n).fill(-1);
   const nxt: number[] = [];
   const src: number[] = [];
+  const byt: number[] = [];
   for (let q = 0; q < n; q++) {
     for (let b = 0; b < 256; b++) {
       const t = dfa.trans[q * 256 + b]!;
-      if (t < 0) continue;
+      if (t < 0 || !keep(b)) continue;
       src.push(q);
+      byt.push(b);
       nxt.push(head[t]!);
       head[t] = src.length - 1;
     }
   }
+  return { head, nxt, src, byt };
+}
+
+/**
+ * Shortest paths with small whole-number weights (Dial's buckets), in place: `dist` holds the
+ * starting distances (Infinity elsewhere); `expand` relaxes the neighbours of a settled node.
+ */
+function dial(dist: Float32Array, expand: (node: number, d: number, relax: (to: number, d: number) => void) => void): void {
   const buckets: number[][] = [];
-  for (let q = 0; q < n; q++) if (dist[q]! < Infinity) (buckets[dist[q]!] ??= []).push(q);
+  for (let x = 0; x < dist.length; x++) if (dist[x]! < Infinity) (buckets[dist[x]!] ??= []).push(x);
+  const relax = (to: number, d: number): void => {
+    if (d >= dist[to]!) return;
+    dist[to] = d;
+    (buckets[d] ??= []).push(to);
+  };
   for (let d = 0; d < buckets.length; d++) {
     const list = buckets[d];
     if (!list) continue;
-    for (let k = 0; k < list.length; k++) {
-      const t = list[k]!;
-      if (dist[t] !== d) continue;
-      for (let e = head[t]!; e >= 0; e = nxt[e]!) {
-        const q = src[e]!;
-        if (d + 1 < dist[q]!) {
-          dist[q] = d + 1;
-          (buckets[d + 1] ??= []).push(q);
-        }
-      }
-    }
+    for (let k = 0; k < list.length; k++) if (dist[list[k]!] === d) expand(list[k]!, d, relax);
+    buckets[d] = [];
   }
-  return dist;
 }
