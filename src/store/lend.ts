@@ -1,9 +1,8 @@
-// A trunk matrix lent as a Mat: its pieces acquired and released around each visit (the ring's
-// pieces are streamed), or, once read, its resident views without waiting.
+// A trunk matrix lent as a Mat: resident (one view) or in resident blocks once its pinned pieces
+// are read, else streamed, its pieces acquired and released around each visit.
 
-import type { WeightView } from '../formats/weight.js';
 import type { Piece, TrunkMatrixLayout } from './layout.js';
-import type { Mat } from './mat.js';
+import type { Block, Lease, Mat } from './mat.js';
 import type { StoreParts } from './parts.js';
 import type { Trunk } from './trunk.js';
 
@@ -15,34 +14,8 @@ export function lendMatrix(s: StoreParts, trunk: Trunk, m: TrunkMatrixLayout, ba
     return buf;
   };
   const view = (p: Piece, buf: Uint8Array) => trunk.viewOf(p, buf, base);
-  // A pinned single-piece matrix stays put for the store's life: its view may be batched.
-  const resident = m.pieces.length === 1 && m.pieces[0]!.seq < s.plan.pinnedPieces;
-  // a traced store lends through acquire, so that every use is traced
-  const held = <T>(get: () => T | null): (() => T | null) => {
-    let v: T | null = null;
-    return () => (s.trace() ? null : (v ??= get()));
-  };
-  const now = held(() => trunk.pinnedView(m.pieces[0]!, base));
-  // A split matrix pinned in one buffer (Trunk.pinBuffer): one view once every piece is read.
-  const wholeNow = held(() => trunk.wholeView(m, base));
-  // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
-  const partsNow = held(() => {
-    const out: { view: WeightView; r0: number }[] = [];
-    for (const p of m.pieces) {
-      const v = trunk.pinnedView(p, base);
-      if (!v) return null;
-      out.push({ view: v, r0: p.r0 });
-    }
-    return out;
-  });
-  return {
-    name: base,
-    rows: m.rows,
-    cols: m.cols,
-    format: m.format,
-    resident,
-    ...(resident ? { now } : trunk.togetherEligible(m) ? { now: wholeNow } : {}),
-    ...(trunk.splitPinned(m) ? { partsNow } : {}),
+  const streamed: Lease = {
+    kind: 'streamed',
     async parts(fn) {
       for (const p of m.pieces) {
         const buf = await acquire(p);
@@ -63,5 +36,50 @@ export function lendMatrix(s: StoreParts, trunk: Trunk, m: TrunkMatrixLayout, ba
         trunk.release(p);
       }
     },
+  };
+  // A pinned single-piece matrix stays put for the store's life: its view may be batched.
+  const resident = m.pieces.length === 1 && m.pieces[0]!.seq < s.plan.pinnedPieces;
+  // Its one view once read: a pinned single piece, or a split matrix pinned in one buffer (Trunk.pinBuffer).
+  const one = resident ? held(s, () => trunk.pinnedView(m.pieces[0]!, base)) : trunk.togetherEligible(m) ? held(s, () => trunk.wholeView(m, base)) : null;
+  // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).
+  const blocks = trunk.splitPinned(m) ? heldBlocks(s, trunk, m, base) : null;
+  return {
+    name: base,
+    rows: m.rows,
+    cols: m.cols,
+    format: m.format,
+    resident,
+    lease: () => one?.() ?? blocks?.() ?? streamed,
+  };
+}
+
+/** A resident lease of the view `get` finds, kept once found; none while the store is traced
+ *  (a traced store lends through acquire, so that every use is traced). */
+function held(s: StoreParts, get: () => Block['view'] | null): () => Lease | null {
+  let lease: Lease | null = null;
+  return () => {
+    if (s.trace()) return null;
+    if (!lease) {
+      const view = get();
+      if (view) lease = { kind: 'resident', view };
+    }
+    return lease;
+  };
+}
+
+/** The blocks lease of a split matrix whose every piece is pinned, once all are read. */
+function heldBlocks(s: StoreParts, trunk: Trunk, m: TrunkMatrixLayout, base: string): () => Lease | null {
+  let lease: Lease | null = null;
+  return () => {
+    if (s.trace()) return null;
+    if (lease) return lease;
+    const out: Block[] = [];
+    for (const p of m.pieces) {
+      const v = trunk.pinnedView(p, base);
+      if (!v) return null;
+      out.push({ view: v, r0: p.r0 });
+    }
+    lease = { kind: 'blocks', blocks: out };
+    return lease;
   };
 }
