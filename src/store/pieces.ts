@@ -2,10 +2,7 @@
 // (src/model/pieces.ts builds it from the kernels), so that the store knows no kernel's limits.
 
 import type { WeightView } from '../formats/weight.js';
-import type { Piece, TrunkMatrixLayout } from './layout.js';
-
-/** A piece's coded rows (k3 pack --compress), as the layout describes them. */
-export type CodedRows = NonNullable<Piece['code']>;
+import type { CodedRows, TrunkMatrixLayout } from './layout.js';
 
 export interface PieceTransform {
   /** Decode coded rows in place: `buf` is the piece's buffer, the stored bytes at its end. */
