@@ -164,12 +164,19 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     : resolveLinear(entries, `${embedName}`, [cfg.vocabSize, cfg.hiddenSize]);
   markUsed(embed);
 
-  let expertBytes = 0;
+  const { expertBytes, expertParts } = expertsOf(cfg, entries, used, partial);
   const moeLayers = cfg.layers.filter((L) => L.ffn === 'moe').length;
+  const { smalls, smallBytes } = smallTensors(cfg, entries, used);
+  return { matrices, sequence, trunkBytes, maxPieceBytes, maxCodedBlockBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+}
+
+/** Each expert's parts (gate, up, down) and the bytes of one; marks every expert tensor used and
+ *  checks that all experts have the same size. */
+function expertsOf(cfg: ModelConfig, entries: Map<string, TensorEntry>, used: Set<string>, partial: boolean): { expertBytes: number; expertParts: Layout['experts'] } {
+  const names = namesOf(cfg);
   const el = expertLayout(cfg);
   const expertParts = (layer: number, expert: number): ExpertPart[] => {
-    const names = el.names(layer, expert);
-    return names.map((base, i) => {
+    return el.names(layer, expert).map((base, i) => {
       const shape = i === 2 ? el.downShape : el.gateShape;
       const p = resolveLinear(entries, base, shape);
       if (p.rows !== shape[0] || p.cols !== shape[1]) throw new UserError(`${p.data.file}: tensor ${p.data.name} is [${p.rows}, ${p.cols}], expected ${JSON.stringify(shape)}`);
@@ -177,7 +184,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       return { mat: i as 0 | 1 | 2, format: p.format, scaleDtype: p.scaleDtype, rows: p.rows, cols: p.cols, data, scale };
     });
   };
-  // Mark every expert tensor as used, and check that all experts have the same size.
+  let expertBytes = 0;
   cfg.layers.forEach((L, l) => {
     if (L.ffn !== 'moe') return;
     for (let e = 0; e < cfg.moe.experts; e++) {
@@ -189,8 +196,12 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       for (const base of el.names(l, e)) for (const suf of ['.weight', '.weight_packed', '.weight_scale', '.weight_scale_inv', '.weight_shape']) used.add(base + suf);
     }
   });
+  return { expertBytes, expertParts };
+}
 
-  // Everything else under the decoder's prefix is a small always-resident tensor.
+/** Everything else under the decoder's prefix: the small always-resident tensors. */
+function smallTensors(cfg: ModelConfig, entries: Map<string, TensorEntry>, used: Set<string>): { smalls: Map<string, TensorEntry>; smallBytes: number } {
+  const names = namesOf(cfg);
   const smalls = new Map<string, TensorEntry>();
   let smallBytes = 0;
   for (const [name, e] of entries) {
@@ -200,7 +211,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     smalls.set(name, e);
     smallBytes += e.nbytes;
   }
-  return { matrices, sequence, trunkBytes, maxPieceBytes, maxCodedBlockBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+  return { smalls, smallBytes };
 }
 
 /** The stored blocks of rows [r0, r1) of a coded matrix (r0 and r1 on block boundaries, or r1 = rows). */
