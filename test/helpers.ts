@@ -9,6 +9,7 @@ import type { ModelConfig } from '../src/checkpoint/config.js';
 import { WeightStore, type ByteReader } from '../src/store/store.js';
 import { buildLayout } from '../src/store/layout.js';
 import { stateSize } from '../src/model/state.js';
+import { KERNEL_PIECES } from '../src/model/pieces.js';
 
 /** Repository root (tests run from dist/test/). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -51,7 +52,7 @@ export function memoryStore(cfg: ModelConfig, tensors: Record<string, MemTensor>
     },
     close() {},
   };
-  return new WeightStore(cfg, entries, buildLayout(cfg, entries, undefined, true), reader, stateSize(cfg), Number.MAX_SAFE_INTEGER, 64, 64);
+  return new WeightStore({ cfg, entries, layout: buildLayout(cfg, entries, undefined, true), reader, state: stateSize(cfg), budget: Number.MAX_SAFE_INTEGER, ctx: 64, chunk: 64, pieces: KERNEL_PIECES });
 }
 
 export function f32Tensor(data: number[] | Float32Array, shape: number[]): MemTensor {

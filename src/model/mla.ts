@@ -3,7 +3,7 @@
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.
 
-import { rowSlice, viewsNow, type Mat } from '../store/mat.js';
+import { rowSlice, viewsNow, visitWhole, type Mat } from '../store/mat.js';
 import { dot, type Compute } from '../kernels/dispatch.js';
 import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
@@ -115,7 +115,7 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: F
   });
 
   const out = new Float32Array(T * H * dv);
-  await w.kvb.whole((kvb) => {
+  await visitWhole(w.kvb, (kvb) => {
     let r = 0;
     parts.forEach((part, i) => {
       attend(c, p, kvb, q.subarray(r * H * dq, (r + part.T) * H * dq), part.T, starts[i]!, part.cache, out.subarray(r * H * dv, (r + part.T) * H * dv));

@@ -6,6 +6,7 @@ import * as os from 'node:os';
 import type { ConfigOverrides, ModelConfig } from '../checkpoint/config.js';
 import { checkFloor, type Plan } from '../store/plan.js';
 import { WeightStore, prepareStore, type StoreOptions } from '../store/store.js';
+import { KERNEL_PIECES } from './pieces.js';
 import { Compute, KernelGroup, REF_COMPUTE, maddHint } from '../kernels/dispatch.js';
 import { makeBlock, type Block } from './decoder.js';
 import { forwardK2 } from './k2.js';
@@ -50,7 +51,7 @@ export class Model {
 
   /** Open a checkpoint with a memory budget (default: everything resident), computing with the TypeScript reference kernels. */
   static open(dir: string, opts: StoreOptions & { overrides?: ConfigOverrides } = {}): Model {
-    return new Model(WeightStore.open(dir, { ...opts, stateSize }));
+    return new Model(WeightStore.open(dir, { pieces: KERNEL_PIECES, ...opts, stateSize }));
   }
 
   /** The memory plan `open` / `load` would make, without refusing a budget below the floor or opening files.
@@ -77,7 +78,9 @@ export class Model {
     group.fastExperts = (opts.fastExperts ?? false) || (opts.fast ?? false);
     try {
       // optional, off by default: bf16 trunk requantized to 7-bit blocks as read (kernels/wasm/q8-trunk.ts)
-      const model = new Model(WeightStore.fromPrepared(prepared, { ...opts, fastTrunk: opts.fast ?? false, alloc: (n) => group.alloc(n), allocTogether: opts.allocTogether ?? ((n) => group.allocTogether(n)) }), new Compute(group));
+      const alloc = (n: number) => group.alloc(n);
+      const store = WeightStore.fromPrepared(prepared, { pieces: KERNEL_PIECES, ...opts, fastTrunk: opts.fast ?? false, alloc, allocTogether: opts.allocTogether ?? ((n) => group.allocTogether(n)) });
+      const model = new Model(store, new Compute(group));
       model.owned = group;
       const madd = (opts.relaxed ?? true) ? maddHint() : null;
       if (madd) (opts.notice ?? ((m: string) => process.stderr.write(m + '\n')))(`note: ${madd}`);

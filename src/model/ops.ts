@@ -3,7 +3,7 @@
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
 import type { Compute, MatmulOp } from '../kernels/dispatch.js';
-import { viewsNow, type GatedMats, type Mat } from '../store/mat.js';
+import { viewNow, viewsNow, visitWhole, type GatedMats, type Mat } from '../store/mat.js';
 
 const fr = Math.fround;
 
@@ -33,20 +33,20 @@ export function rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, 
 export async function linear(c: Compute, w: Mat, x: Float32Array, T: number): Promise<Float32Array> {
   const rows = w.rows;
   const y = new Float32Array(T * rows);
-  const v = w.now?.();
-  if (v) {
-    c.matmul(v, x, T, y);
+  const l = w.lease();
+  if (l.kind === 'resident') {
+    c.matmul(l.view, x, T, y);
     return y;
   }
-  const blocks = w.partsNow?.();
-  if (blocks) {
+  if (l.kind === 'blocks') {
     // every block resident: one dispatch; one token's outputs are slices of y, several tokens' are copied in
+    const blocks = l.blocks;
     const outs = T === 1 ? blocks.map(({ view, r0 }) => y.subarray(r0, r0 + view.rows)) : carve(blocks.map(({ view }) => T * view.rows));
     c.matmulBatch(blocks.map(({ view }, i) => ({ w: view, x, T, y: outs[i]! })));
     if (T > 1) blocks.forEach(({ view, r0 }, i) => placeBlock(y, rows, outs[i]!, view.rows, r0, T));
     return y;
   }
-  await w.parts((v, r0) => {
+  await l.parts((v, r0) => {
     if (r0 === 0 && v.rows === rows) {
       c.matmul(v, x, T, y);
       return;
@@ -70,9 +70,9 @@ function placeBlock(y: Float32Array, rows: number, part: Float32Array, n: number
 export async function linearMany(c: Compute, items: { m: Mat; x: Float32Array; T: number }[]): Promise<Float32Array[]> {
   const ys = carve(items.map(({ m, T }) => T * m.rows));
   // resident views as they are, or (not read yet) after their read; streamed ones go one by one
-  const now = items.map(({ m }) => m.now?.() ?? null);
+  const now = items.map(({ m }) => viewNow(m));
   const views = now.every((v, i) => v || !items[i]!.m.resident) ? now
-    : await Promise.all(items.map(({ m }, i) => now[i] ?? (m.resident ? m.whole((v) => v) : null)));
+    : await Promise.all(items.map(({ m }, i) => now[i] ?? (m.resident ? visitWhole(m, (v) => v) : null)));
   const batch: MatmulOp[] = [];
   for (let i = 0; i < items.length; i++) {
     const v = views[i];

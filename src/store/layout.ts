@@ -12,7 +12,6 @@ import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
 import { expertLayout, namesOf, trunkOrder } from '../checkpoint/names.js';
 import { UserError } from '../util/errors.js';
-import { runRawBytes, type CodedRun } from '../kernels/fast.js';
 
 export interface Range {
   file: string;
@@ -35,7 +34,20 @@ export interface Piece {
   scale: Range | null;
   bytes: number;
   /** Set when the rows are stored coded (k3 pack --compress): `data` is the stored bytes, decoded to bytes - scale. */
-  code?: CodedRun;
+  code?: CodedRows;
+}
+
+/** The coded blocks of a piece's rows (k3 pack --compress): what its decoder (PieceTransform.decode) is given. */
+export interface CodedRows {
+  cols: number;
+  /** Rows of each block, in order. */
+  blockRows: number[];
+  /** Stored bytes of each block, in order. */
+  stored: number[];
+  /** For error messages: the file and tensor. */
+  where: string;
+  /** File offset of the first block (for error messages). */
+  offset: number;
 }
 
 export interface TrunkMatrixLayout {
@@ -136,7 +148,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       const r1 = Math.min(m.rows, r0 + step);
       const { data, scale } = coded ? codedBlock(p.data, r0, r1) : rowBlock(p, r0, r1);
       const code = coded ? codedRun(p.data, m.cols, r0, r1, data.offset) : undefined;
-      const piece: Piece = { seq: sequence.length, base: m.base, format: p.format, scaleDtype: p.scaleDtype, rows: m.rows, cols: m.cols, r0, r1, data, scale, bytes: code ? runRawBytes(code) : data.length + (scale?.length ?? 0), code };
+      const piece: Piece = { seq: sequence.length, base: m.base, format: p.format, scaleDtype: p.scaleDtype, rows: m.rows, cols: m.cols, r0, r1, data, scale, bytes: code ? 2 * m.cols * (r1 - r0) : data.length + (scale?.length ?? 0), code };
       pieces.push(piece);
       sequence.push(piece);
       trunkBytes += piece.bytes;
@@ -152,12 +164,19 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     : resolveLinear(entries, `${embedName}`, [cfg.vocabSize, cfg.hiddenSize]);
   markUsed(embed);
 
-  let expertBytes = 0;
+  const { expertBytes, expertParts } = expertsOf(cfg, entries, used, partial);
   const moeLayers = cfg.layers.filter((L) => L.ffn === 'moe').length;
+  const { smalls, smallBytes } = smallTensors(cfg, entries, used);
+  return { matrices, sequence, trunkBytes, maxPieceBytes, maxCodedBlockBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+}
+
+/** Each expert's parts (gate, up, down) and the bytes of one; marks every expert tensor used and
+ *  checks that all experts have the same size. */
+function expertsOf(cfg: ModelConfig, entries: Map<string, TensorEntry>, used: Set<string>, partial: boolean): { expertBytes: number; expertParts: Layout['experts'] } {
+  const names = namesOf(cfg);
   const el = expertLayout(cfg);
   const expertParts = (layer: number, expert: number): ExpertPart[] => {
-    const names = el.names(layer, expert);
-    return names.map((base, i) => {
+    return el.names(layer, expert).map((base, i) => {
       const shape = i === 2 ? el.downShape : el.gateShape;
       const p = resolveLinear(entries, base, shape);
       if (p.rows !== shape[0] || p.cols !== shape[1]) throw new UserError(`${p.data.file}: tensor ${p.data.name} is [${p.rows}, ${p.cols}], expected ${JSON.stringify(shape)}`);
@@ -165,7 +184,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       return { mat: i as 0 | 1 | 2, format: p.format, scaleDtype: p.scaleDtype, rows: p.rows, cols: p.cols, data, scale };
     });
   };
-  // Mark every expert tensor as used, and check that all experts have the same size.
+  let expertBytes = 0;
   cfg.layers.forEach((L, l) => {
     if (L.ffn !== 'moe') return;
     for (let e = 0; e < cfg.moe.experts; e++) {
@@ -177,8 +196,12 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
       for (const base of el.names(l, e)) for (const suf of ['.weight', '.weight_packed', '.weight_scale', '.weight_scale_inv', '.weight_shape']) used.add(base + suf);
     }
   });
+  return { expertBytes, expertParts };
+}
 
-  // Everything else under the decoder's prefix is a small always-resident tensor.
+/** Everything else under the decoder's prefix: the small always-resident tensors. */
+function smallTensors(cfg: ModelConfig, entries: Map<string, TensorEntry>, used: Set<string>): { smalls: Map<string, TensorEntry>; smallBytes: number } {
+  const names = namesOf(cfg);
   const smalls = new Map<string, TensorEntry>();
   let smallBytes = 0;
   for (const [name, e] of entries) {
@@ -188,7 +211,7 @@ export function buildLayout(cfg: ModelConfig, entries: Map<string, TensorEntry>,
     smalls.set(name, e);
     smallBytes += e.nbytes;
   }
-  return { matrices, sequence, trunkBytes, maxPieceBytes, maxCodedBlockBytes, smalls, smallBytes, embed, expertBytes, experts: expertParts, moeLayers };
+  return { smalls, smallBytes };
 }
 
 /** The stored blocks of rows [r0, r1) of a coded matrix (r0 and r1 on block boundaries, or r1 = rows). */
@@ -202,7 +225,7 @@ function codedBlock(e: TensorEntry, r0: number, r1: number): { data: Range; scal
   return { data: { file: e.file, offset: e.offset + off, length: len }, scale: null };
 }
 
-function codedRun(e: TensorEntry, cols: number, r0: number, r1: number, offset: number): CodedRun {
+function codedRun(e: TensorEntry, cols: number, r0: number, r1: number, offset: number): CodedRows {
   const c = e.coded!;
   const b0 = r0 / c.blockRows, b1 = Math.ceil(r1 / c.blockRows);
   const blockRows = Array.from({ length: b1 - b0 }, (_, i) => Math.min(r1, (b0 + i + 1) * c.blockRows) - (b0 + i) * c.blockRows);
@@ -211,7 +234,7 @@ function codedRun(e: TensorEntry, cols: number, r0: number, r1: number, offset: 
 
 /** A WeightView over a piece's buffer (data bytes, then scale bytes). */
 export function pieceView(p: Piece | ExpertPart, buf: Uint8Array, name: string): WeightView {
-  const dataLen = 'code' in p && p.code ? runRawBytes(p.code) : p.data.length;
+  const dataLen = 'code' in p && p.code ? p.bytes : p.data.length; // coded: the decoded rows
   const rows = 'r0' in p ? p.r1 - p.r0 : p.rows;
   const v: WeightView = { name, format: p.format, rows, cols: p.cols, data: buf.subarray(0, dataLen) };
   if (p.scale) {

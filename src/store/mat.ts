@@ -1,42 +1,83 @@
-// A borrowed weight matrix. The model never holds weight bytes: it asks a Mat to show itself,
-// either as row blocks in order (for y = W x, the blocks may be streamed from disk one at a time)
-// or whole (for matrices read by row, like MLA's kv_b). A view is valid only inside the callback;
-// after it returns the store may reuse the memory.
+// A borrowed weight matrix. The model never holds weight bytes: it asks a Mat for a lease, which
+// says how the bytes can be had now: one resident view, resident row blocks, or streamed (row
+// blocks in order, which the store may read from disk one at a time, or whole).
 
 import type { ViewFormat, WeightView } from '../formats/weight.js';
 import { decodeRow } from '../formats/decode.js';
+
+/** A matrix's row block: its view and first row. */
+export interface Block {
+  view: WeightView;
+  r0: number;
+}
+
+/**
+ * How a Mat lends its bytes now:
+ * - resident: one view, without waiting, valid for as long as the lender lives (a pinned matrix
+ *   once read; a split one whose pieces share one buffer; an expert in its slot).
+ * - blocks: its row blocks, every one resident and read (a split matrix pinned piece by piece),
+ *   valid as long, so that one dispatch can take them all (the lm_head of a pinned trunk).
+ * - streamed: visit it through `parts` (consecutive row blocks, in order; for y = W x) or `whole`
+ *   (one view; for matrices read by row, like MLA's kv_b): reads are awaited, and a view is valid
+ *   only inside the callback; after it returns the store may reuse the memory.
+ */
+export type Lease =
+  | { kind: 'resident'; view: WeightView }
+  | { kind: 'blocks'; blocks: Block[] }
+  | { kind: 'streamed'; parts(fn: (view: WeightView, r0: number) => void): Promise<void>; whole<R>(fn: (view: WeightView) => R): Promise<R> };
 
 export interface Mat {
   readonly name: string;
   readonly rows: number;
   readonly cols: number;
   readonly format: ViewFormat;
-  /** Held in memory for as long as the Mat is lent (its view may be used outside the callbacks while the lender's call lasts). */
+  /** Held in memory for as long as the Mat is lent (resident once read). */
   readonly resident?: boolean;
-  /** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order. */
-  parts(fn: (view: WeightView, r0: number) => void): Promise<void>;
-  /** The whole matrix as one view. */
-  whole<R>(fn: (view: WeightView) => R): Promise<R>;
-  /** Only on resident matrices, and on split ones whose pinned pieces share one buffer (the
-   *  store's pinBuffer): their view now, without waiting, once it has been read (null before),
-   *  valid for as long as the lender lives. Saves the awaits of `whole` per product; the chained
-   *  dispatches take only such views. */
-  now?(): WeightView | null;
-  /** Only on matrices split into several pieces, all of them resident: their row blocks now (as
-   *  `parts` visits them), once read (null before), valid for as long as the lender lives; so
-   *  that one dispatch can take them all (the lm_head of a pinned trunk). */
-  partsNow?(): { view: WeightView; r0: number }[] | null;
+  lease(): Lease;
 }
 
-/** Every matrix's view now (Mat.now), or null when one is not resident and read yet. */
+/** The matrix's one view now (a resident lease), or null. */
+export function viewNow(m: Mat): WeightView | null {
+  const l = m.lease();
+  return l.kind === 'resident' ? l.view : null;
+}
+
+/** Every matrix's view now (viewNow), or null when one is not resident and read yet. */
 export function viewsNow(mats: readonly Mat[]): WeightView[] | null {
   const views: WeightView[] = [];
   for (const m of mats) {
-    const v = m.now?.();
+    const v = viewNow(m);
     if (!v) return null;
     views.push(v);
   }
   return views;
+}
+
+/** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order, whatever its lease. */
+export async function visitParts(m: Mat, fn: (view: WeightView, r0: number) => void): Promise<void> {
+  const l = m.lease();
+  switch (l.kind) {
+    case 'resident':
+      return fn(l.view, 0);
+    case 'blocks':
+      for (const b of l.blocks) fn(b.view, b.r0);
+      return;
+    case 'streamed':
+      return l.parts(fn);
+  }
+}
+
+/** The whole matrix as one view, whatever its lease (a matrix lent in blocks has none). */
+export async function visitWhole<R>(m: Mat, fn: (view: WeightView) => R): Promise<R> {
+  const l = m.lease();
+  switch (l.kind) {
+    case 'resident':
+      return fn(l.view);
+    case 'blocks':
+      throw new Error(`${m.name}: one view of a matrix lent in ${l.blocks.length} blocks`);
+    case 'streamed':
+      return l.whole(fn);
+  }
 }
 
 /** The gate, up and down matrices of one gated MLP (a routed expert, as the store lends it). */
@@ -48,19 +89,14 @@ export interface GatedMats {
 
 /** A Mat over a view that is already in memory (tests, resident stores). */
 export function residentMat(view: WeightView): Mat {
+  const lease: Lease = { kind: 'resident', view };
   return {
     name: view.name,
     rows: view.rows,
     cols: view.cols,
     format: view.format,
     resident: true,
-    async parts(fn) {
-      fn(view, 0);
-    },
-    async whole(fn) {
-      return fn(view);
-    },
-    now: () => view,
+    lease: () => lease,
   };
 }
 

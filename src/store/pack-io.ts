@@ -57,13 +57,15 @@ class Files {
   }
 }
 
-function readFull(fd: number, file: string, buf: Uint8Array, len: number, pos: number): Promise<void> {
+/** Read or write all `len` bytes of buf at file position `pos`, however many calls that takes. */
+function moveFull(kind: 'read' | 'write', fd: number, file: string, buf: Uint8Array, len: number, pos: number): Promise<void> {
+  const op = (kind === 'read' ? fs.read : fs.write) as (fd: number, b: Uint8Array, off: number, n: number, at: number, cb: (err: NodeJS.ErrnoException | null, n: number) => void) => void;
   return new Promise((resolve, reject) => {
     let done = 0;
     const step = () => {
-      fs.read(fd, buf, done, len - done, pos + done, (err, n) => {
-        if (err) return reject(new ReadError(`${file}: read of ${len - done} bytes at offset ${pos + done} failed (${err.code ?? err.message})`));
-        if (n === 0) return reject(new ReadError(`${file}: short read at offset ${pos + done}: got ${done} of ${len} bytes (file truncated?)`));
+      op(fd, buf, done, len - done, pos + done, (err, n) => {
+        if (err) return reject(new ReadError(`${file}: ${kind} of ${len - done} bytes at offset ${pos + done} failed (${err.code ?? err.message})`));
+        if (n === 0 && kind === 'read') return reject(new ReadError(`${file}: short read at offset ${pos + done}: got ${done} of ${len} bytes (file truncated?)`));
         done += n;
         if (done < len) step();
         else resolve();
@@ -74,21 +76,8 @@ function readFull(fd: number, file: string, buf: Uint8Array, len: number, pos: n
   });
 }
 
-function writeFull(fd: number, file: string, buf: Uint8Array, len: number, pos: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let done = 0;
-    const step = () => {
-      fs.write(fd, buf, done, len - done, pos + done, (err, n) => {
-        if (err) return reject(new ReadError(`${file}: write of ${len - done} bytes at offset ${pos + done} failed (${err.code ?? err.message})`));
-        done += n;
-        if (done < len) step();
-        else resolve();
-      });
-    };
-    if (len === 0) resolve();
-    else step();
-  });
-}
+const readFull = (fd: number, file: string, buf: Uint8Array, len: number, pos: number) => moveFull('read', fd, file, buf, len, pos);
+const writeFull = (fd: number, file: string, buf: Uint8Array, len: number, pos: number) => moveFull('write', fd, file, buf, len, pos);
 
 const ZEROS = new Uint8Array(PACK_ALIGN);
 

@@ -5,7 +5,6 @@ import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { loadConfig, type ModelConfig } from '../checkpoint/config.js';
-import { namesOf, trunkOrder } from '../checkpoint/names.js';
 import {
   MANIFEST_NAME,
   PACK_ALIGN,
@@ -15,18 +14,15 @@ import {
   manifestDigest,
   readManifest,
   readPackedDir,
-  type ExpertTemplateItem,
   type ExpertsMode,
   type PackManifest,
   type PackedExperts,
-  type PackedRecord,
   type PackedTensor,
-  type RecordKind,
 } from '../checkpoint/packed.js';
 import { indexCheckpointDir } from '../checkpoint/dir.js';
 import { type TensorEntry } from '../checkpoint/safetensors.js';
 import { UserError } from '../util/errors.js';
-import { buildLayout } from './layout.js';
+import { placeRecords, planPack, type PackPlan, type PlannedRecord } from './pack-plan.js';
 import { codeTrunk, type CodedTensors } from './pack-code.js';
 import { DEFAULT_CHUNK, pushChunks, sameJson, sha256, shardIdentity, streamChunks, type Chunk } from './pack-io.js';
 import { removeStaleTmp } from '../util/stale-tmp.js';
@@ -40,8 +36,6 @@ export { verifyPack, type VerifyResult } from './pack-verify.js';
 export const DEFAULT_MAX_RECORD = 512 * 2 ** 20;
 export const DEFAULT_FILE_SIZE = 16 * 2 ** 30;
 export const COPIED_FILES = ['tiktoken.model', 'tokenizer_config.json', 'chat_template.jinja', 'generation_config.json'];
-
-const LINEAR_SUFFIXES = ['.weight', '.weight_packed', '.weight_scale', '.weight_scale_inv', '.weight_shape'];
 
 export interface PackOptions {
   model: string;
@@ -73,186 +67,6 @@ export interface PackResult {
   coded?: { rawBytes: number; storedBytes: number; tensors: number };
 }
 
-const alignUp = (n: number, a = PACK_ALIGN) => Math.ceil(n / a) * a;
-
-// ---------------------------------------------------------------------------------------------
-// Planning a pack
-
-interface PlannedTensor {
-  entry: TensorEntry;
-  offsetInRecord: number;
-}
-
-interface PlannedRecord {
-  rec: PackedRecord;
-  tensors: PlannedTensor[];
-  /** Index of its data file in the manifest's `files`. */
-  fileIndex: number;
-  /** Data file series this record goes to. */
-  series: 'trunk' | 'experts';
-}
-
-interface ExpertGroup {
-  prefix: string;
-  tensors: TensorEntry[]; // gate, up, down x suffix order
-}
-
-/** Split one group of tensors into records of at most maxRecord bytes, at tensor boundaries. */
-function splitGroup(name: string, kind: RecordKind, tensors: TensorEntry[], maxRecord: number, align: number): PlannedRecord[] {
-  const parts: PlannedTensor[][] = [];
-  let cur: PlannedTensor[] = [];
-  let len = 0;
-  for (const e of tensors) {
-    const at = alignUp(len, align);
-    if (cur.length > 0 && at + e.nbytes > maxRecord) {
-      parts.push(cur);
-      cur = [];
-      len = 0;
-    }
-    const off = alignUp(len, align);
-    cur.push({ entry: e, offsetInRecord: off });
-    len = off + e.nbytes;
-  }
-  if (cur.length > 0) parts.push(cur);
-  return parts.map((ts, i) => {
-    const last = ts[ts.length - 1]!;
-    return {
-      rec: { name: parts.length > 1 ? `${name}.part${i}` : name, kind, file: '', offset: -1, length: last.offsetInRecord + last.entry.nbytes, sha256: '' },
-      tensors: ts,
-      fileIndex: -1,
-      series: kind === 'expert' ? 'experts' : 'trunk',
-    };
-  });
-}
-
-function linearTensors(entries: Map<string, TensorEntry>, base: string): TensorEntry[] {
-  return LINEAR_SUFFIXES.map((s) => entries.get(base + s)).filter((e): e is TensorEntry => e !== undefined);
-}
-
-function expertPrefix(cfg: ModelConfig, l: number, e: number): string {
-  return namesOf(cfg).expertPrefix(l, e);
-}
-
-function sameTemplate(a: ExpertTemplateItem[], b: ExpertTemplateItem[]): boolean {
-  return a.length === b.length && a.every((x, i) => {
-    const y = b[i]!;
-    return x.suffix === y.suffix && x.dtype === y.dtype && x.offset === y.offset && x.nbytes === y.nbytes && JSON.stringify(x.shape) === JSON.stringify(y.shape);
-  });
-}
-
-interface Plan {
-  records: PlannedRecord[];
-  expertGroups: ExpertGroup[];
-  inPlace: boolean;
-  template: ExpertTemplateItem[];
-  inPlaceAt: Map<string, { file: string; offset: number }>;
-  dropped: string[];
-}
-
-/** `layoutEntries`: the source's entries, for validation (`entries` may point coded tensors at their coded bytes). */
-function planPack(cfg: ModelConfig, entries: Map<string, TensorEntry>, maxRecord: number, mode: ExpertsMode, layoutEntries = entries): Plan {
-  const layout = buildLayout(cfg, layoutEntries); // validates every tensor the engine uses
-  const assigned = new Set<string>();
-  const take = (es: TensorEntry[]) => {
-    for (const e of es) assigned.add(e.name);
-    return es;
-  };
-  const records: PlannedRecord[] = [];
-  const names = namesOf(cfg);
-  const embedBase = names.embed;
-  const embed = take(linearTensors(entries, embedBase));
-  records.push(...splitGroup('embed', 'embed', embed, maxRecord, PACK_ALIGN));
-
-  const byOffset = (a: TensorEntry, b: TensorEntry) => (a.file < b.file ? -1 : a.file > b.file ? 1 : a.offset - b.offset);
-  const order = trunkOrder(cfg);
-  const smalls = [...layout.smalls.values()].sort(byOffset);
-  for (let l = 0; l < cfg.numLayers; l++) {
-    const ts: TensorEntry[] = [];
-    for (const m of order) if (m.layer === l) ts.push(...take(linearTensors(entries, m.base)));
-    const lp = names.layer(l);
-    ts.push(...take(smalls.filter((e) => e.name.startsWith(lp) && !assigned.has(e.name))));
-    records.push(...splitGroup(`layer.${l}`, 'layer', ts, maxRecord, PACK_ALIGN));
-  }
-  const head = take(linearTensors(entries, names.lmHead));
-  head.push(...take(smalls.filter((e) => !assigned.has(e.name))));
-  records.push(...splitGroup('head', 'head', head, maxRecord, PACK_ALIGN));
-
-  // Experts: one group per (layer, expert), tensors in gate, up, down order.
-  const expertGroups: ExpertGroup[] = [];
-  cfg.layers.forEach((L, l) => {
-    if (L.ffn !== 'moe') return;
-    for (let e = 0; e < cfg.moe.experts; e++) {
-      const ts = take(names.expert(l, e).flatMap((b) => linearTensors(entries, b)));
-      if (ts.length > 0) expertGroups.push({ prefix: expertPrefix(cfg, l, e), tensors: ts });
-    }
-  });
-
-  // In place: each expert one contiguous run in one shard, with the same relative layout for all.
-  let inPlace = mode !== 'pack' && expertGroups.length > 0;
-  let template: ExpertTemplateItem[] = [];
-  const inPlaceAt = new Map<string, { file: string; offset: number }>();
-  let why = '';
-  for (const g of expertGroups) {
-    if (!inPlace) break;
-    const s = [...g.tensors].sort(byOffset);
-    const base = s[0]!.offset;
-    let ok = s.every((t, i) => t.file === s[0]!.file && (i === 0 || t.offset === s[i - 1]!.offset + s[i - 1]!.nbytes));
-    if (!ok) why = `expert ${g.prefix} is not one contiguous run in its shard`;
-    const tpl = s.map((t) => ({ suffix: t.name.slice(g.prefix.length), dtype: t.dtype, shape: t.shape, offset: t.offset - base, nbytes: t.nbytes }));
-    if (ok && template.length > 0 && !sameTemplate(template, tpl)) {
-      ok = false;
-      why = `expert ${g.prefix} is laid out differently from ${expertGroups[0]!.prefix}`;
-    }
-    if (!ok) {
-      inPlace = false;
-      break;
-    }
-    if (template.length === 0) template = tpl;
-    inPlaceAt.set(g.prefix, { file: s[0]!.file, offset: base });
-  }
-  if (mode === 'in-place' && !inPlace && expertGroups.length > 0) throw new UserError(`pack: --experts in-place: ${why}`);
-  if (!inPlace) {
-    inPlaceAt.clear();
-    template = [];
-    for (const g of expertGroups) {
-      let off = 0;
-      const tpl = g.tensors.map((t) => {
-        const item = { suffix: t.name.slice(g.prefix.length), dtype: t.dtype, shape: t.shape, offset: off, nbytes: t.nbytes };
-        off += t.nbytes;
-        return item;
-      });
-      if (template.length === 0) template = tpl;
-      else if (!sameTemplate(template, tpl)) throw new UserError(`pack: expert ${g.prefix} has other tensors than ${expertGroups[0]!.prefix}`);
-      const m = /layers\.(\d+)\..*experts\.(\d+)\.$/.exec(g.prefix);
-      const name = m ? `expert.${m[1]}.${m[2]}` : `expert.${g.prefix}`;
-      // Back to back inside the record (alignment 1): one read fetches the expert.
-      records.push(...splitGroup(name, 'expert', g.tensors, Number.MAX_SAFE_INTEGER, 1));
-    }
-  }
-  const dropped = [...entries.keys()].filter((n) => !assigned.has(n)).sort();
-  return { records, expertGroups, inPlace, template, inPlaceAt, dropped };
-}
-
-/** Assign records to data files of one series, rolling over at fileSize. */
-function placeRecords(recs: PlannedRecord[], series: 'trunk' | 'experts', fileSize: number, files: { name: string; size: number }[]): void {
-  let fi = -1;
-  let pos = 0;
-  let n = 0;
-  for (const r of recs) {
-    if (fi < 0 || (pos > 0 && pos + r.rec.length > fileSize)) {
-      n++;
-      files.push({ name: `${series}-${String(n).padStart(5, '0')}.bin`, size: 0 });
-      fi = files.length - 1;
-      pos = 0;
-    }
-    r.fileIndex = fi;
-    r.rec.file = files[fi]!.name;
-    r.rec.offset = pos;
-    pos = alignUp(pos + r.rec.length);
-    files[fi]!.size = pos; // files end 4 KiB-aligned
-  }
-}
-
 /** JSON with one line per top-level field, per record, per tensor and per expert (readable, and small for 82k experts). */
 export function manifestJson(m: PackManifest): string {
   const fmt = (v: unknown, depth: number, indent: string): string => {
@@ -269,8 +83,41 @@ export function manifestJson(m: PackManifest): string {
 // ---------------------------------------------------------------------------------------------
 // Writing a pack
 
+/** A pack's options, checked, and the paths it reads from and writes to. */
+interface PackArgs { modelAbs: string; outAbs: string; maxRecord: number; fileSize: number; mode: ExpertsMode; chunkBytes: number }
+
+/** The source checkpoint: its config (and bytes), tensors, shard identities and `k3 verify` sidecar. */
+interface PackSource { cfg: ModelConfig; configBytes: Buffer; configSha: string; entries: Map<string, TensorEntry>; sourceShards: PackManifest['source_shards']; sourceCheck: SourceCheck }
+
 export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   const t0 = performance.now();
+  const a = packArgs(opts);
+  const src = readSource(a.modelAbs);
+  const options: PackManifest['options'] = { max_record: a.maxRecord, file_size: a.fileSize, experts: a.mode, ...(opts.compress ? { compress: true as const } : {}) };
+  const same = existingPack(opts, a, src, options);
+  if (same) return { out: a.outAbs, skipped: true, manifest: same, bytes: 0, seconds: (performance.now() - t0) / 1000 };
+  const tmp = `${a.outAbs}.tmp-${process.pid}`;
+  removeStaleTmp(a.outAbs);
+  fs.rmSync(tmp, { recursive: true, force: true });
+  try {
+    fs.mkdirSync(tmp);
+    const w = await writePack(opts, a, src, tmp);
+    const manifest = packManifest(a, src, options, w);
+    opts.signal?.throwIfAborted();
+    fs.rmSync(path.join(tmp, '.coded'), { recursive: true, force: true });
+    fs.writeFileSync(path.join(tmp, MANIFEST_NAME), manifestJson(manifest));
+    readPackedDir(tmp); // the manifest reads back
+    if (fs.existsSync(a.outAbs)) fs.rmdirSync(a.outAbs); // an empty directory (checked above)
+    fs.renameSync(tmp, a.outAbs);
+    const coded = w.coded ? { rawBytes: w.coded.rawBytes, storedBytes: w.coded.storedBytes, tensors: w.coded.encodings.size } : undefined;
+    return { out: a.outAbs, skipped: false, manifest, bytes: w.total, seconds: (performance.now() - t0) / 1000, coded };
+  } catch (e) {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+function packArgs(opts: PackOptions): PackArgs {
   const modelAbs = path.resolve(opts.model);
   const outAbs = path.resolve(opts.out);
   const maxRecord = opts.maxRecord ?? DEFAULT_MAX_RECORD;
@@ -283,20 +130,23 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
   if (!fs.existsSync(modelAbs) || !fs.statSync(modelAbs).isDirectory()) throw new UserError(`pack: model directory ${opts.model} does not exist`);
   if (fs.existsSync(path.join(modelAbs, MANIFEST_NAME))) throw new UserError(`pack: ${opts.model} is already a packed directory`);
   if (outAbs === modelAbs || outAbs.startsWith(modelAbs + path.sep)) throw new UserError(`pack: OUT must not be inside the model directory ${opts.model}`);
+  return { modelAbs, outAbs, maxRecord, fileSize, mode, chunkBytes };
+}
 
-  const configPath = path.join(modelAbs, 'config.json');
+function readSource(modelAbs: string): PackSource {
   const cfg = loadConfig(modelAbs);
-  const configBytes = fs.readFileSync(configPath);
-  const configSha = sha256(configBytes);
+  const configBytes = fs.readFileSync(path.join(modelAbs, 'config.json'));
   const entries = indexCheckpointDir(modelAbs);
   const shardFiles = [...new Set([...entries.values()].map((e) => e.file))].sort();
-  const sourceShards = shardIdentity(shardFiles);
   // A `k3 verify` sidecar of the source: what the pack reads is checked against it (refused, as by
   // k3 run, when stale or lacking a tensor).
   const sourceCheck = new SourceCheck(knownRanges(modelAbs, entries));
-  const options: PackManifest['options'] = { max_record: maxRecord, file_size: fileSize, experts: mode, ...(opts.compress ? { compress: true as const } : {}) };
+  return { cfg, configBytes, configSha: sha256(configBytes), entries, sourceShards: shardIdentity(shardFiles), sourceCheck };
+}
 
-  // An existing OUT: the same pack is a no-op; anything else is refused.
+/** An existing OUT: the manifest of the same pack (a no-op), else refused unless empty. */
+function existingPack(opts: PackOptions, a: PackArgs, src: PackSource, options: PackManifest['options']): PackManifest | null {
+  const { outAbs, modelAbs } = a;
   if (fs.existsSync(outAbs)) {
     if (!fs.statSync(outAbs).isDirectory()) throw new UserError(`pack: ${opts.out} exists and is not a directory`);
     if (fs.existsSync(path.join(outAbs, MANIFEST_NAME))) {
@@ -308,153 +158,157 @@ export async function packCheckpoint(opts: PackOptions): Promise<PackResult> {
         m = null;
         why = e instanceof Error ? e.message : String(e);
       }
-      if (m && m.source === modelAbs && m.config_sha256 === configSha && sameJson(m.source_shards, sourceShards) && sameJson(m.options, options)) {
+      const sameSource = m && m.config_sha256 === src.configSha && sameJson(m.source_shards, src.sourceShards);
+      if (m && m.source === modelAbs && sameSource && sameJson(m.options, options)) {
         readPackedDir(outAbs); // data files present with their sizes
-        return { out: outAbs, skipped: true, manifest: m, bytes: 0, seconds: (performance.now() - t0) / 1000 };
+        return m;
       }
-      const what = !m ? `a pack manifest this build refuses (${why})` : m.source !== modelAbs ? `a pack of ${m.source}` : m.config_sha256 !== configSha || !sameJson(m.source_shards, sourceShards) ? `a pack of an earlier version of ${m.source}` : `a pack made with other options (${JSON.stringify(m.options)})`;
+      const what = !m ? `a pack manifest this build refuses (${why})` : m.source !== modelAbs ? `a pack of ${m.source}` : !sameSource ? `a pack of an earlier version of ${m.source}` : `a pack made with other options (${JSON.stringify(m.options)})`;
       throw new UserError(`pack: ${opts.out} already holds ${what}; remove it or choose another OUT`);
     }
     if (fs.readdirSync(outAbs).length > 0) throw new UserError(`pack: ${opts.out} exists and is not a packed directory; choose another OUT`);
   }
   if (!fs.existsSync(path.dirname(outAbs))) throw new UserError(`pack: directory ${path.dirname(outAbs)} does not exist`);
+  return null;
+}
 
-  const tmp = `${outAbs}.tmp-${process.pid}`;
-  removeStaleTmp(outAbs);
-  fs.rmSync(tmp, { recursive: true, force: true });
-  const cleanup = () => fs.rmSync(tmp, { recursive: true, force: true });
+/** What writing the data files made: the plan, the records in file order, the files, the in-place experts' sha256. */
+interface Written { plan: PackPlan; records: PlannedRecord[]; expertRecs: PlannedRecord[]; files: { name: string; size: number }[]; expertSha: Map<string, string>; coded: CodedTensors | null; total: number }
+
+/** Plan the pack, then copy every record into tmp's data files (and hash the experts left in place). */
+async function writePack(opts: PackOptions, a: PackArgs, src: PackSource, tmp: string): Promise<Written> {
+  const { cfg, entries, sourceCheck } = src;
   const stopIfAborted = () => opts.signal?.throwIfAborted();
-  let total = 0;
-  try {
-    fs.mkdirSync(tmp);
-    // --compress: the coded matrices are written to tmp/.coded first, then copied like any tensor.
-    const codedDir = path.join(tmp, '.coded');
-    const coded: CodedTensors | null = opts.compress ? codeTrunk(cfg, entries, codedDir, stopIfAborted, sourceCheck.feed) : null;
-    const plan = planPack(cfg, coded?.entries ?? entries, maxRecord, mode, entries);
-    const files: { name: string; size: number }[] = [];
-    const trunkRecs = plan.records.filter((r) => r.series === 'trunk');
-    const expertRecs = plan.records.filter((r) => r.series === 'experts');
-    placeRecords(trunkRecs, 'trunk', fileSize, files);
-    placeRecords(expertRecs, 'experts', fileSize, files);
-    const records = [...trunkRecs, ...expertRecs];
-    fs.writeFileSync(path.join(tmp, 'config.json'), configBytes);
-    for (const f of COPIED_FILES) if (fs.existsSync(path.join(modelAbs, f))) fs.copyFileSync(path.join(modelAbs, f), path.join(tmp, f));
-    const dstPaths = files.map((f) => path.join(tmp, f.name));
-    for (const f of files) {
-      const fd = fs.openSync(path.join(tmp, f.name), 'w');
-      try {
-        fs.ftruncateSync(fd, f.size); // padding reads as zeros
-      } finally {
-        fs.closeSync(fd);
-      }
+  // --compress: the coded matrices are written to tmp/.coded first, then copied like any tensor.
+  const coded: CodedTensors | null = opts.compress ? codeTrunk(cfg, entries, path.join(tmp, '.coded'), stopIfAborted, sourceCheck.feed) : null;
+  const plan = planPack(cfg, coded?.entries ?? entries, a.maxRecord, a.mode, entries);
+  const files: { name: string; size: number }[] = [];
+  const trunkRecs = plan.records.filter((r) => r.series === 'trunk');
+  const expertRecs = plan.records.filter((r) => r.series === 'experts');
+  placeRecords(trunkRecs, 'trunk', a.fileSize, files);
+  placeRecords(expertRecs, 'experts', a.fileSize, files);
+  const records = [...trunkRecs, ...expertRecs];
+  fs.writeFileSync(path.join(tmp, 'config.json'), src.configBytes);
+  for (const f of COPIED_FILES) if (fs.existsSync(path.join(a.modelAbs, f))) fs.copyFileSync(path.join(a.modelAbs, f), path.join(tmp, f));
+  for (const f of files) {
+    const fd = fs.openSync(path.join(tmp, f.name), 'w');
+    try {
+      fs.ftruncateSync(fd, f.size); // padding reads as zeros
+    } finally {
+      fs.closeSync(fd);
     }
-
-    // Chunks in record order; runs of tensors adjacent in both source and destination are merged.
-    const chunks: Chunk[] = [];
-    for (const r of records) {
-      const hash = createHash('sha256');
-      let cursor = 0; // bytes of the record hashed so far
-      let run: { src: string; srcOff: number; dstRel: number; len: number; zeros: number } | null = null;
-      const flush = () => {
-        if (run) pushChunks(chunks, run.src, run.srcOff, r.fileIndex, r.rec.offset + run.dstRel, run.len, run.zeros, hash, chunkBytes);
-        run = null;
-      };
-      for (const t of r.tensors) {
-        const e = t.entry;
-        if (run && run.src === e.file && run.srcOff + run.len === e.offset && run.dstRel + run.len === t.offsetInRecord && run.len + e.nbytes <= chunkBytes * 64) {
-          run.len += e.nbytes;
-        } else {
-          flush();
-          run = { src: e.file, srcOff: e.offset, dstRel: t.offsetInRecord, len: e.nbytes, zeros: t.offsetInRecord - cursor };
-        }
-        cursor = t.offsetInRecord + e.nbytes;
-      }
-      flush();
-      const last = chunks[chunks.length - 1]!;
-      last.done = (hex) => {
-        r.rec.sha256 = hex;
-      };
-      total += r.rec.length;
-    }
-    // Experts left in place: each run's sha256, from the bytes read now (a later run checks each
-    // expert's first read against it, and pack --verify all of them).
-    const expertSha = new Map<string, string>();
-    const hashChunks: Chunk[] = [];
-    let hashed = 0;
-    if (plan.inPlace) {
-      const runBytes = plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0);
-      for (const [prefix, a] of plan.inPlaceAt) {
-        pushChunks(hashChunks, a.file, a.offset, -1, 0, runBytes, 0, createHash('sha256'), chunkBytes);
-        hashChunks[hashChunks.length - 1]!.done = (hex) => void expertSha.set(prefix, hex);
-        hashed += runBytes;
-      }
-    }
-    let done = 0;
-    opts.onProgress?.(0, total + hashed);
-    const progress = (n: number) => {
-      stopIfAborted();
-      done += n;
-      opts.onProgress?.(done, total + hashed);
-    };
-    await streamChunks(chunks, chunkBytes, dstPaths, progress, sourceCheck.feed);
-    await streamChunks(hashChunks, chunkBytes, [], progress, sourceCheck.feed);
-    await sourceCheck.finish();
-
-    const tensors: Record<string, PackedTensor> = {};
-    records.forEach((r, ri) => {
-      if (r.rec.kind === 'expert') return;
-      for (const t of r.tensors) {
-        const encoding = coded?.encodings.get(t.entry.name);
-        const nbytes = encoding ? entries.get(t.entry.name)!.nbytes : t.entry.nbytes;
-        tensors[t.entry.name] = { dtype: t.entry.dtype, shape: t.entry.shape, record: ri, offset_in_record: t.offsetInRecord, nbytes, ...(encoding ? { encoding } : {}) };
-      }
-    });
-    let experts: PackedExperts | null = null;
-    if (plan.expertGroups.length > 0) {
-      if (plan.inPlace) {
-        const exFiles = [...new Set([...plan.inPlaceAt.values()].map((a) => path.basename(a.file)))].sort();
-        const at: Record<string, [number, number]> = {};
-        for (const [prefix, a] of plan.inPlaceAt) at[prefix] = [exFiles.indexOf(path.basename(a.file)), a.offset];
-        const sha256 = Object.fromEntries([...plan.inPlaceAt.keys()].map((prefix) => [prefix, expertSha.get(prefix)!]));
-        experts = { in_place: true, dir: path.relative(outAbs, modelAbs) || '.', source_dir: modelAbs, files: exFiles, expert_bytes: plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0), template: plan.template, at, sha256 };
-      } else {
-        const exFiles = [...new Set(expertRecs.map((r) => r.fileIndex))].sort((a, b) => a - b);
-        const at: Record<string, [number, number]> = {};
-        expertRecs.forEach((r, i) => {
-          at[plan.expertGroups[i]!.prefix] = [exFiles.indexOf(r.fileIndex), r.rec.offset];
-        });
-        experts = { in_place: false, dir: null, source_dir: null, files: exFiles.map((i) => files[i]!.name), expert_bytes: plan.template.reduce((s, t) => s + t.nbytes, 0), template: plan.template, at };
-      }
-    }
-    const manifest: PackManifest = {
-      format: PACK_FORMAT,
-      version: coded && coded.encodings.size > 0 ? PACK_VERSION_CODED : PACK_VERSION,
-      alignment: PACK_ALIGN,
-      source: modelAbs,
-      config_sha256: configSha,
-      arch: cfg.arch,
-      options,
-      source_shards: sourceShards,
-      files,
-      records: records.map((r) => r.rec),
-      tensors,
-      experts_in_place: plan.inPlace,
-      experts,
-      dropped: plan.dropped,
-      total_bytes: files.reduce((s, f) => s + f.size, 0),
-      tensor_count: entries.size - plan.dropped.length,
-    };
-    manifest.manifest_sha256 = manifestDigest(manifest);
-    stopIfAborted();
-    fs.rmSync(codedDir, { recursive: true, force: true });
-    fs.writeFileSync(path.join(tmp, MANIFEST_NAME), manifestJson(manifest));
-    readPackedDir(tmp); // the manifest reads back
-    if (fs.existsSync(outAbs)) fs.rmdirSync(outAbs); // an empty directory (checked above)
-    fs.renameSync(tmp, outAbs);
-    const codedStats = coded ? { rawBytes: coded.rawBytes, storedBytes: coded.storedBytes, tensors: coded.encodings.size } : undefined;
-    return { out: outAbs, skipped: false, manifest, bytes: total, seconds: (performance.now() - t0) / 1000, coded: codedStats };
-  } catch (e) {
-    cleanup();
-    throw e;
   }
+  const { chunks, total } = recordChunks(records, a.chunkBytes);
+  const { hashChunks, hashed, expertSha } = inPlaceHashes(plan, a.chunkBytes);
+  let done = 0;
+  opts.onProgress?.(0, total + hashed);
+  const progress = (n: number) => {
+    stopIfAborted();
+    done += n;
+    opts.onProgress?.(done, total + hashed);
+  };
+  await streamChunks(chunks, a.chunkBytes, files.map((f) => path.join(tmp, f.name)), progress, sourceCheck.feed);
+  await streamChunks(hashChunks, a.chunkBytes, [], progress, sourceCheck.feed);
+  await sourceCheck.finish();
+  return { plan, records, expertRecs, files, expertSha, coded, total };
+}
+
+/** The copy chunks of every record, in record order; runs of tensors adjacent in both source and destination are merged. */
+function recordChunks(records: PlannedRecord[], chunkBytes: number): { chunks: Chunk[]; total: number } {
+  const chunks: Chunk[] = [];
+  let total = 0;
+  for (const r of records) {
+    const hash = createHash('sha256');
+    let cursor = 0; // bytes of the record hashed so far
+    let run: { src: string; srcOff: number; dstRel: number; len: number; zeros: number } | null = null;
+    const flush = () => {
+      if (run) pushChunks(chunks, run.src, run.srcOff, r.fileIndex, r.rec.offset + run.dstRel, run.len, run.zeros, hash, chunkBytes);
+      run = null;
+    };
+    for (const t of r.tensors) {
+      const e = t.entry;
+      if (run && run.src === e.file && run.srcOff + run.len === e.offset && run.dstRel + run.len === t.offsetInRecord && run.len + e.nbytes <= chunkBytes * 64) {
+        run.len += e.nbytes;
+      } else {
+        flush();
+        run = { src: e.file, srcOff: e.offset, dstRel: t.offsetInRecord, len: e.nbytes, zeros: t.offsetInRecord - cursor };
+      }
+      cursor = t.offsetInRecord + e.nbytes;
+    }
+    flush();
+    const last = chunks[chunks.length - 1]!;
+    last.done = (hex) => {
+      r.rec.sha256 = hex;
+    };
+    total += r.rec.length;
+  }
+  return { chunks, total };
+}
+
+/** Experts left in place: each run's sha256, from the bytes read now (a later run checks each
+ *  expert's first read against it, and pack --verify all of them). */
+function inPlaceHashes(plan: PackPlan, chunkBytes: number): { hashChunks: Chunk[]; hashed: number; expertSha: Map<string, string> } {
+  const expertSha = new Map<string, string>();
+  const hashChunks: Chunk[] = [];
+  let hashed = 0;
+  if (plan.inPlace) {
+    const runBytes = plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0);
+    for (const [prefix, a] of plan.inPlaceAt) {
+      pushChunks(hashChunks, a.file, a.offset, -1, 0, runBytes, 0, createHash('sha256'), chunkBytes);
+      hashChunks[hashChunks.length - 1]!.done = (hex) => void expertSha.set(prefix, hex);
+      hashed += runBytes;
+    }
+  }
+  return { hashChunks, hashed, expertSha };
+}
+
+function packManifest(a: PackArgs, src: PackSource, options: PackManifest['options'], w: Written): PackManifest {
+  const { plan, records, files, coded } = w;
+  const tensors: Record<string, PackedTensor> = {};
+  records.forEach((r, ri) => {
+    if (r.rec.kind === 'expert') return;
+    for (const t of r.tensors) {
+      const encoding = coded?.encodings.get(t.entry.name);
+      const nbytes = encoding ? src.entries.get(t.entry.name)!.nbytes : t.entry.nbytes;
+      tensors[t.entry.name] = { dtype: t.entry.dtype, shape: t.entry.shape, record: ri, offset_in_record: t.offsetInRecord, nbytes, ...(encoding ? { encoding } : {}) };
+    }
+  });
+  const manifest: PackManifest = {
+    format: PACK_FORMAT,
+    version: coded && coded.encodings.size > 0 ? PACK_VERSION_CODED : PACK_VERSION,
+    alignment: PACK_ALIGN,
+    source: a.modelAbs,
+    config_sha256: src.configSha,
+    arch: src.cfg.arch,
+    options,
+    source_shards: src.sourceShards,
+    files,
+    records: records.map((r) => r.rec),
+    tensors,
+    experts_in_place: plan.inPlace,
+    experts: plan.expertGroups.length > 0 ? expertsEntry(a, w) : null,
+    dropped: plan.dropped,
+    total_bytes: files.reduce((s, f) => s + f.size, 0),
+    tensor_count: src.entries.size - plan.dropped.length,
+  };
+  manifest.manifest_sha256 = manifestDigest(manifest);
+  return manifest;
+}
+
+/** The manifest's experts: where each one's run lies (in the source, or in the pack's expert files). */
+function expertsEntry(a: PackArgs, w: Written): PackedExperts {
+  const { plan, expertRecs, files } = w;
+  if (plan.inPlace) {
+    const exFiles = [...new Set([...plan.inPlaceAt.values()].map((x) => path.basename(x.file)))].sort();
+    const at: Record<string, [number, number]> = {};
+    for (const [prefix, x] of plan.inPlaceAt) at[prefix] = [exFiles.indexOf(path.basename(x.file)), x.offset];
+    const sha256 = Object.fromEntries([...plan.inPlaceAt.keys()].map((prefix) => [prefix, w.expertSha.get(prefix)!]));
+    return { in_place: true, dir: path.relative(a.outAbs, a.modelAbs) || '.', source_dir: a.modelAbs, files: exFiles, expert_bytes: plan.template.reduce((s, t) => Math.max(s, t.offset + t.nbytes), 0), template: plan.template, at, sha256 };
+  }
+  const exFiles = [...new Set(expertRecs.map((r) => r.fileIndex))].sort((x, y) => x - y);
+  const at: Record<string, [number, number]> = {};
+  expertRecs.forEach((r, i) => {
+    at[plan.expertGroups[i]!.prefix] = [exFiles.indexOf(r.fileIndex), r.rec.offset];
+  });
+  return { in_place: false, dir: null, source_dir: null, files: exFiles.map((i) => files[i]!.name), expert_bytes: plan.template.reduce((s, t) => s + t.nbytes, 0), template: plan.template, at };
 }

@@ -218,36 +218,7 @@ function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number,
     embedResidentBytes: 0,
     maxPieceBytes: layout.maxPieceBytes,
   };
-  if (budget >= floor + threadMem - firstThreads) {
-    let left = budget - floor - (threadMem - firstThreads);
-    // 1. a layer's worth of expert slots.
-    const toTopK = Math.min(Math.max(0, Math.min(cfg.moe.topK, expertsTotal) - plan.expertSlots), Math.floor(left / Math.max(1, layout.expertBytes)));
-    if (layout.expertBytes > 0) {
-      plan.expertSlots += toTopK;
-      left -= toTopK * layout.expertBytes;
-    }
-    // 2. pinned trunk, in forward order; the ring goes when everything is pinned.
-    let pinned = 0;
-    let count = 0;
-    const seq = layout.sequence;
-    for (let i = 0; i < seq.length; i++) {
-      const last = i === seq.length - 1;
-      const avail = left + (last ? minRing : 0); // pinning the last piece frees the ring
-      if (seq[i]!.bytes > avail) break;
-      left = avail - seq[i]!.bytes;
-      pinned += seq[i]!.bytes;
-      count++;
-      if (last) plan.ringBytes = 0;
-    }
-    plan.pinnedBytes = pinned;
-    plan.pinnedPieces = count;
-    plan.streamedBytes = layout.trunkBytes - pinned;
-    // 3. the rest of the experts.
-    if (layout.expertBytes > 0) {
-      const more = Math.min(expertsTotal - plan.expertSlots, Math.floor(left / layout.expertBytes));
-      plan.expertSlots += more;
-    }
-  }
+  if (budget >= floor + threadMem - firstThreads) spend(plan, cfg, layout, budget - floor - (threadMem - firstThreads));
   plan.expertCacheBytes = plan.expertSlots * layout.expertBytes;
   // 4. the embedding table, last: one row per token is all it saves.
   const embedBytes = layout.embed.data.nbytes;
@@ -257,6 +228,37 @@ function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number,
   }
   plan.totalBytes = fixed + plan.ringBytes + plan.pinnedBytes + plan.expertCacheBytes + plan.embedResidentBytes;
   return plan;
+}
+
+/** What the budget holds past the floor (`left` bytes) goes, in order, to: 1. a layer's worth of
+ *  expert slots, 2. the pinned trunk in forward order (the ring goes when everything is pinned),
+ *  3. the rest of the experts. */
+function spend(plan: Plan, cfg: ModelConfig, layout: Layout, left: number): void {
+  const minRing = plan.ringBytes;
+  const toTopK = Math.min(Math.max(0, Math.min(cfg.moe.topK, plan.expertsTotal) - plan.expertSlots), Math.floor(left / Math.max(1, layout.expertBytes)));
+  if (layout.expertBytes > 0) {
+    plan.expertSlots += toTopK;
+    left -= toTopK * layout.expertBytes;
+  }
+  let pinned = 0;
+  let count = 0;
+  const seq = layout.sequence;
+  for (let i = 0; i < seq.length; i++) {
+    const last = i === seq.length - 1;
+    const avail = left + (last ? minRing : 0); // pinning the last piece frees the ring
+    if (seq[i]!.bytes > avail) break;
+    left = avail - seq[i]!.bytes;
+    pinned += seq[i]!.bytes;
+    count++;
+    if (last) plan.ringBytes = 0;
+  }
+  plan.pinnedBytes = pinned;
+  plan.pinnedPieces = count;
+  plan.streamedBytes = layout.trunkBytes - pinned;
+  if (layout.expertBytes > 0) {
+    const more = Math.min(plan.expertsTotal - plan.expertSlots, Math.floor(left / layout.expertBytes));
+    plan.expertSlots += more;
+  }
 }
 
 /** The plan with every weight resident: the size `--preset max` asks for. */

@@ -14,6 +14,7 @@ import { greedy } from '../../src/generate/greedy.js';
 import { FsReader, type ByteReader } from '../../src/store/store.js';
 import { FaultyReader } from '../../src/store/fault.js';
 import { ReadError } from '../../src/util/errors.js';
+import { viewNow, visitParts } from '../../src/store/mat.js';
 
 const CASES = ['k2-yarn', 'k2-thinking-int4', 'kimi-linear', 'k3'];
 const SMALL_PIECE = 8 * 1024;
@@ -35,7 +36,7 @@ for (const name of CASES) {
       const p = Model.plan(dir, { budget: 0, ctx: 64, chunk, maxPiece: SMALL_PIECE });
       const floor = p.floorBytes;
       const trunk = p.trunkBytes;
-      // the last: every piece pinned, a split matrix's pieces in one buffer (one view: Mat.now)
+      // the last: every piece pinned, a split matrix's pieces in one buffer (one view: a resident lease)
       const budgets = [floor, floor + Math.floor(trunk / 2) + 3 * p.expertBytes, 2 * floor, Number.MAX_SAFE_INTEGER];
       for (const budget of budgets) {
         const r = await logitsAt(dir, budget, ids, chunk, SMALL_PIECE);
@@ -49,13 +50,15 @@ for (const name of CASES) {
           // pinned in one buffer: one view, whose rows are the pieces' bytes
           for (const sm of split) {
             const mat = st.mat(sm.base, sm.rows, sm.cols);
-            const whole = mat.now?.();
+            const whole = viewNow(mat);
             assert.ok(whole && whole.rows === sm.rows && whole.data.byteLength === sm.pieces.reduce((n, p) => n + p.bytes, 0), `${sm.base}: one view`);
             let at = 0;
-            await mat.parts((v) => {
+            st.trace = () => {}; // a traced store lends piece by piece
+            await visitParts(mat, (v) => {
               assert.ok(v.data.buffer === whole.data.buffer && v.data.byteOffset === whole.data.byteOffset + at, `${sm.base}: a piece at ${at} of its matrix's buffer`);
               at += v.data.byteLength;
             });
+            st.trace = null;
           }
         }
         if (budget === floor) {
