@@ -30,9 +30,8 @@ import {
   type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, if_, i32,
   f32, v128, i32x4, f32x4,
 } from './emit.js';
-import { addFused } from './fused.js';
 import { addAct } from './act.js';
-import { addKdaBlock } from './kda-block.js';
+import { emitOps } from '../ops/registry.js';
 import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 import {
@@ -419,10 +418,15 @@ export function generate(opts: GenOptions): Generated {
   addPermutes(gen);
   addMatvecT(gen, dec);
 
-  // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
-  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, expFn: EXP_FN, madd: gen.madd });
-  // ---- the whole KDA block of a token around that delta rule (kda-block.ts) ----
-  addKdaBlock(fnx, fns.find((g) => g.name === 'kda_step')!.index);
+  // ---- the fused ops of the registry (ops/), in its order ----
+  emitOps({
+    fnx, finalize, madd: gen.madd, expFn: EXP_FN, opts: { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile },
+    fn: (name, make) => {
+      const f = fns.find((g) => g.name === name) ?? make?.();
+      if (!f) throw new Error(`kernel module: no function ${name} yet`);
+      return f.index;
+    },
+  });
 
   // ---- gated activations: SiLU / SiTU with their own exp and tanh (act.ts) ----
   addAct(fnx, K);
