@@ -3,6 +3,7 @@
 // one line below. The list is also the order the ops' emitters add their functions to the module.
 
 import { ACT } from './act.js';
+import { ADD } from './add.js';
 import { ATTNRES_NORM } from './attnres-norm.js';
 import { ATTNRES_SCORES } from './attnres-scores.js';
 import { ATTNRES_SUM } from './attnres-sum.js';
@@ -25,7 +26,7 @@ import type { EmitCtx, OpDef, Runner } from './op.js';
 export const OPS: readonly OpDef[] = [
   MATMUL, BARRIER, PREP, ACT, MVT,
   KDA_STEP, MLA_SCORES, ATTNRES_SCORES, ATTNRES_SUM, MLA_WSUM, RMS_NORM, MLA_APPEND, MLA_SOFTMAX, SIGMOID_GATE, MOE_COMBINE,
-  GATHER_ROWS, ATTNRES_NORM, KDA_BLOCK,
+  GATHER_ROWS, ATTNRES_NORM, KDA_BLOCK, ADD,
 ];
 
 const CODES = new Map(OPS.map((d, i) => [d, i]));
