@@ -357,7 +357,8 @@ export class Chain {
 
   /** Op `def` of the current step over units [0, n), counted as `macs` of work; args by name (OpArg). */
   op(def: OpDef, args: Readonly<Record<string, OpArg>>, n: number, macs: number): void {
-    const words = def.args.map((a) => this.word(def, a, args[a.name]));
+    const words: number[] = [];
+    for (const a of def.args) words.push(this.word(def, a, args[a.name]));
     const ctrl = this.k.ctrl;
     this.cur.ops.push((slot) => writeOp(ctrl, slot, def, words, 0, n));
     this.macs += macs;
@@ -410,6 +411,17 @@ export class Chain {
     if (this.ran) throw new Error('chain: run() twice');
     this.ran = true;
     this.k.timed(() => {
+      const nth = Math.max(1, Math.min(this.k.threadsFor(this.macs), this.units));
+      const bucket: ProfileBucket = this.experts ? 'experts' : this.products ? 'matmul' : 'fused';
+      const s0 = this.steps[0]!;
+      if (this.steps.length === 1 && s0.preps.length === 0 && s0.ops.length <= this.k.maxOps) {
+        // one step (every eager call): its ops as they are, one dispatch
+        for (let i = 0; i < s0.ops.length; i++) s0.ops[i]!(i);
+        if (s0.ops.length) this.k.run(s0.ops.length, nth, bucket);
+        this.launched = true;
+        this.top = this.k.mark();
+        return;
+      }
       const list: Writer[] = [];
       let poolSteps = 0; // the pool's steps (a step's preps are one of their own) within the first `steps`
       this.steps.forEach((s, i) => {
@@ -417,8 +429,6 @@ export class Chain {
         if (s.ops.length) list.push(...s.ops, BARRIER);
         if (i < steps) poolSteps += (s.preps.length ? 1 : 0) + (s.ops.length ? 1 : 0);
       });
-      const nth = Math.max(1, Math.min(this.k.threadsFor(this.macs), this.units));
-      const bucket: ProfileBucket = this.experts ? 'experts' : this.products ? 'matmul' : 'fused';
       const ctrl = this.k.ctrl;
       const one = list.length - 1 < this.k.maxOps; // (the last barrier is not written)
       let n = 0, lastBarrier = false;
