@@ -48,7 +48,7 @@
 // free: every variant gives the same i32 and the same bytes. Measurements: docs/TUNING.md
 // "Kernel forms: the q7 trunk dot".
 
-import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
+import { q8Bytes, quantizeBlocks, quantizedActs, blockSum, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
 import type { WeightView } from '../../formats/weight.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
@@ -134,18 +134,13 @@ export function quantizeQ8T(x: Float32Array, T: number, cols: number, out: Uint8
 export function matmulQ7Ref(w: { name: string; format: string; rows: number; cols: number; data: Uint8Array; scale?: Uint8Array }, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
   if (w.format !== 'q7') throw new TypeError(`q7 path: ${w.name} is ${w.format}, not q7`);
   const { rows, cols } = w;
-  const nb = cols / 32, G = nb & ~3;
-  const buf = new Uint8Array(q8tBytes(T, cols));
-  quantizeQ8T(x, T, cols, buf);
-  const q = new Int8Array(buf.buffer, 0, T * cols);
-  const dx = new Float32Array(buf.buffer, T * cols, T * nb);
-  const corr = new Int32Array(buf.buffer, T * cols + 4 * T * nb, T * nb);
+  const nb = cols / 32;
+  const { q, d: dx, corr } = quantizedActs(x, T, cols, q8tBytes(T, cols), Q8T_LAYOUT);
   const data = w.data;
   const sv = new DataView(w.scale!.buffer, w.scale!.byteOffset, w.scale!.byteLength);
   const l = new Float32Array(4);
   for (let r = r0; r < r1; r++) {
     for (let t = 0; t < T; t++) {
-      l.fill(0);
       const u = (b: number): number => {
         let B = 0;
         for (let c = b * 32; c < b * 32 + 32; c++) {
@@ -155,10 +150,7 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
         B -= corr[t * nb + b]!;
         return fr(B * fr(dx[t * nb + b]! * sv.getFloat32(4 * (r * nb + b), true)));
       };
-      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
-      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
-      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
-      y[t * rows + r] = acc;
+      y[t * rows + r] = blockSum(nb, u, l);
     }
   }
 }

@@ -133,20 +133,35 @@ export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8A
   quantizeBlocks(x, T, cols, out, Q8_LAYOUT);
 }
 
+/** x [T, cols] quantized as quantizeBlocks lays it out (`bytes` long, layout o): the int8 values,
+ *  each block's f32 scale and its i32 correction, as the references of the 8-bit kernels read them. */
+export function quantizedActs(x: Float32Array, T: number, cols: number, bytes: number, o: { order: Q8Order; scaleMul: number; offset: number }) {
+  const buf = new Uint8Array(bytes), nb = cols / 32;
+  quantizeBlocks(x, T, cols, buf, o);
+  return { q: new Int8Array(buf.buffer, 0, T * cols), d: new Float32Array(buf.buffer, T * cols, T * nb), corr: new Int32Array(buf.buffer, T * cols + 4 * T * nb, T * nb) };
+}
+
+/** A row's sum of its nb block products u(b), as the 8-bit kernels add them: the blocks of whole
+ *  groups of 4 in 4 lanes (l, scratch), the lanes' fixed combine, then the other blocks in order. */
+export function blockSum(nb: number, u: (b: number) => number, l: Float32Array): number {
+  const G = nb & ~3;
+  l.fill(0);
+  for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
+  let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
+  for (let b = G; b < nb; b++) acc = fr(acc + u(b));
+  return acc;
+}
+
 /** TypeScript reference of mmq8_mxfp4: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
 export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
   if (w.format !== 'mxfp4') throw new TypeError(`q8 path: ${w.name} is ${w.format}, not mxfp4`);
   const { rows, cols } = w;
-  const nb = cols / 32, G = nb & ~3;
-  const buf = new Uint8Array(q8Bytes(T, cols));
-  quantizeQ8(x, T, cols, buf);
-  const q = new Int8Array(buf.buffer, 0, T * cols);
-  const dh = new Float32Array(buf.buffer, T * cols, T * nb);
+  const nb = cols / 32;
+  const { q, d: dh } = quantizedActs(x, T, cols, q8Bytes(T, cols), Q8_LAYOUT);
   const data = w.data, sc = w.scale!;
   const l = new Float32Array(4);
   for (let r = r0; r < r1; r++) {
     for (let t = 0; t < T; t++) {
-      l.fill(0);
       const u = (b: number): number => {
         const wp = (r * cols) / 2 + b * 16, xp = t * cols + b * 32;
         let B = 0;
@@ -156,10 +171,7 @@ export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float3
         }
         return fr(B * fr(dh[t * nb + b]! * e8m0ToF32(sc[r * nb + b]!)));
       };
-      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
-      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
-      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
-      y[t * rows + r] = acc;
+      y[t * rows + r] = blockSum(nb, u, l);
     }
   }
 }
