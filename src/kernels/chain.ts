@@ -12,10 +12,22 @@
 import type { WeightView } from '../formats/weight.js';
 import type { ActKind } from './wasm/act.js';
 import type { KdaBlockArgs } from './wasm/kda-block.js';
-import {
-  OP_ACT, OP_ATTNRES_NORM, OP_BARRIER, OP_KDA_BLOCK, OP_MLA_APPEND, OP_MLA_SCORES, OP_MLA_SOFTMAX, OP_MLA_WSUM, OP_MOE_COMBINE, OP_MVT, OP_RMSNORM,
-  OP_GATHER_ROWS, OP_SIGMOID_GATE, writeFusedOp, writeMatmulOp,
-} from './pool.js';
+import { writeMatmulOp, writeOp } from './pool.js';
+import type { ArgDecl, OpDef } from './ops/op.js';
+import { ACT } from './ops/act.js';
+import { ATTNRES_NORM } from './ops/attnres-norm.js';
+import { BARRIER as BARRIER_OP } from './ops/barrier.js';
+import { GATHER_ROWS } from './ops/gather-rows.js';
+import { KDA_BLOCK, kdaParams } from './ops/kda-block.js';
+import { KDA_STEP } from './ops/kda-step.js';
+import { MLA_APPEND } from './ops/mla-append.js';
+import { MLA_SCORES } from './ops/mla-scores.js';
+import { MLA_SOFTMAX } from './ops/mla-softmax.js';
+import { MLA_WSUM } from './ops/mla-wsum.js';
+import { MOE_COMBINE } from './ops/moe-combine.js';
+import { MVT } from './ops/mvt.js';
+import { RMS_NORM } from './ops/rms-norm.js';
+import { SIGMOID_GATE } from './ops/sigmoid-gate.js';
 import type { ProfileBucket } from './profile.js';
 
 /** A product's weight as the kernels address it (Kernels.resolve). */
@@ -45,8 +57,6 @@ export interface ChainPort {
   stageNow(seen: unknown[], x: Float32Array, T: number, w: WeightView): number;
   /** The layout of x at `src` for w's product as an op in `slot` when one is needed: where it will be, and the op writer. */
   stageOp(src: number, T: number, w: WeightView): [number, ((slot: number) => void) | null];
-  /** A KDA block's parameter block (Kernels.kdaBlock's arguments, y in kernel memory): its offset and work. */
-  kdaParams(a: KdaBlockArgs): { pb: number; macs: number };
   threadsFor(macs: number): number;
   /** Pool.run: every step, or (`steps`) a launch that returns after the first steps. */
   run(nops: number, nth: number, bucket: ProfileBucket, steps?: number): void;
@@ -69,6 +79,17 @@ export interface ChainMlp {
 type Writer = (slot: number) => void;
 const BARRIER: Writer = () => {};
 
+/** An op argument (Chain.op): an i32 word, or an array, passed as its byte offset: in place when
+ *  it lies in kernel memory, else copied in when the op is added (and out after run() when the op
+ *  writes it). So an array outside kernel memory must not be an output of an earlier step. */
+export type OpArg = number | Float32Array | Float64Array | Int32Array | Uint32Array;
+
+/** a[0, n) (the view an op reads), after checking a holds n values. */
+function f32s(a: Float32Array, n: number, what: string): Float32Array {
+  if (a.length < n) throw new RangeError(`${what}: ${a.length} values, need ${n}`);
+  return a.length === n ? a : a.subarray(0, n);
+}
+
 export class Chain {
   private readonly mark: number;
   /** Per step: its layout ops, then its ops. */
@@ -76,11 +97,14 @@ export class Chain {
   /** Layouts already staged in the current step: source offset, T, columns, layout, where the result is. */
   private stepPreps: { src: number; T: number; cols: number; layout: number; at: number }[] = [];
   /** Outputs outside kernel memory, copied out after run(). */
-  private readonly copies: { y: Float32Array; off: number; n: number }[] = [];
+  private readonly copies: { y: ArrayBufferView; off: number; bytes: number; step: number }[] = [];
   /** Activations outside kernel memory laid out so far (the port's records). */
   private readonly staged: unknown[] = [];
   private macs = 0;
+  /** The most units (rows, heads, tokens) of one op: more threads than that find nothing to claim. */
+  private units = 0;
   private experts = false;
+  private products = false;
   private ran = false;
   /** Launched and not joined yet. */
   private launched = false;
@@ -127,12 +151,14 @@ export class Chain {
     if (this.k.contains(out)) yo = out.byteOffset;
     else {
       yo = this.k.allocOffset(4 * n);
-      this.copies.push({ y: out, off: yo, n });
+      this.copies.push({ y: out, off: yo, bytes: 4 * n, step: this.steps.length });
     }
     const ctrl = this.k.ctrl;
     this.cur.ops.push((slot) => writeMatmulOp(ctrl, slot, R.fmtCode, R.w, R.s, R.sdt, R.rows, R.cols, xo, T, yo, 0, R.rows));
     this.macs += n * R.cols;
+    this.units = Math.max(this.units, R.rows);
     this.experts ||= R.experts;
+    this.products = true;
     return out;
   }
 
@@ -149,7 +175,7 @@ export class Chain {
     pars[1] = bl ?? 1;
     const out = this.alloc(n4);
     const fn = kind === 'silu' ? 0 : bl === null ? 1 : 2;
-    this.fused(OP_ACT, [fn, gate.byteOffset, up.byteOffset, out.byteOffset, pb], n4 / 4, n4 * 32); // (about 100 flops an element)
+    this.op(ACT, { fn, g: gate, u: up, o: out, pb }, n4 / 4, n4 * 32); // (about 100 flops an element)
     return out;
   }
 
@@ -193,7 +219,7 @@ export class Chain {
     if (rows.length !== T * K || weights.length < T * K) throw new RangeError(`moe combine: ${rows.length} rows and ${weights.length} weights for ${T} tokens of ${K}`);
     if (norm && (!this.k.contains(norm) || norm.length < zw)) throw new RangeError('moe combine: the norm must lie in kernel memory');
     const mem = (): ArrayBufferLike => this.k.mem();
-    const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.f64s(eps);
+    const ys = this.k.allocOffset(4 * T * K, 4), ws = this.k.allocOffset(4 * T * K, 4), ep = this.f64(eps);
     const out = this.alloc(T * zw);
     const end = mem().byteLength - 4 * zw;
     for (let i = 0; i < rows.length; i++) {
@@ -201,7 +227,7 @@ export class Chain {
     }
     new Uint32Array(mem(), ys, T * K).set(rows);
     new Float32Array(mem(), ws, T * K).set(weights.subarray(0, T * K));
-    this.fused(OP_MOE_COMBINE, [ys, ws, K, zw, norm ? norm.byteOffset : 0, ep, out.byteOffset], T, T * K * zw + (norm ? 2 * T * zw : 0));
+    this.op(MOE_COMBINE, { ys, wts: ws, K, zw, norm: norm ?? 0, epsPtr: ep, out }, T, T * K * zw + (norm ? 2 * T * zw : 0));
     return out;
   }
 
@@ -229,7 +255,7 @@ export class Chain {
     eps[0] = mixEps;
     eps[1] = normEps;
     const out = this.alloc(T * D);
-    this.fused(OP_ATTNRES_NORM, [tab, m, D, fold ? fold.byteOffset : 0, ep, norm.byteOffset, sc, out.byteOffset], T, T * D * (3 * m + 3));
+    this.op(ATTNRES_NORM, { cands: tab, m, D, fold: fold ?? 0, epsPtr: ep, norm, scores: sc, out }, T, T * D * (3 * m + 3));
     return out;
   }
 
@@ -238,9 +264,8 @@ export class Chain {
    * current step: x an arena array (row t at t·xStride), w a constant in kernel memory. A new arena array [T, n].
    */
   rmsNorm(x: Float32Array, T: number, n: number, w: Float32Array, eps: number, xStride = n): Float32Array {
-    this.inArena('rms norm', x, w);
     const out = this.alloc(T * n);
-    this.fused(OP_RMSNORM, [x.byteOffset, 4 * xStride, w.byteOffset, n, this.f64s(eps), out.byteOffset, 4 * n], T, 3 * T * n);
+    this.op(RMS_NORM, { x, xStride: 4 * xStride, w, n, epsPtr: this.f64(eps), out, outStride: 4 * n }, T, 3 * T * n);
     return out;
   }
 
@@ -250,56 +275,60 @@ export class Chain {
    * rope are the cache's arrays from the first new position. One op of the current step.
    */
   mlaAppend(a: Float32Array, T: number, Lk: number, dr: number, norm: Float32Array, eps: number, lat: Float32Array, rope: Float32Array): void {
-    this.inArena('mla append', a, norm, lat, rope);
-    this.fused(OP_MLA_APPEND, [a.byteOffset, 4 * (Lk + dr), norm.byteOffset, Lk, dr, this.f64s(eps), lat.byteOffset, rope.byteOffset], T, 3 * T * Lk);
+    this.op(MLA_APPEND, { a, aStride: 4 * (Lk + dr), norm, Lk, dr, epsPtr: this.f64(eps), lat, rope }, T, 3 * T * Lk);
   }
 
   /**
    * Transposed products of H heads (Kernels.matvecTHeads; op OP_MVT): y[h] = rows r0 + h·rStride
-   * .. + n of w, transposed, times x[h·xStride ..] (an arena array). A new arena array [H, w.cols].
+   * .. + n of w, transposed, times x[h·xStride ..], into y [H, w.cols] (default a new arena array).
    */
-  mvtHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xStride: number, H: number): Float32Array {
-    this.inArena('mvt', x);
+  mvtHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xStride: number, H: number, y?: Float32Array): Float32Array {
     const R = this.k.mat(w, 1);
-    if (!(0 <= r0 && n >= 0 && r0 + (H - 1) * rStride + n <= R.rows)) throw new RangeError(`mvt heads: bad rows of ${R.rows}`);
-    const y = this.alloc(H * R.cols);
-    this.fused(OP_MVT, [R.fmtCode, R.w, R.s, R.sdt, R.rows, R.cols, r0, rStride, n, x.byteOffset, 4 * xStride, y.byteOffset, 4 * R.cols], H, H * n * R.cols);
-    return y;
+    if (!(0 <= r0 && n >= 0 && rStride >= 0 && r0 + (H - 1) * rStride + n <= R.rows)) throw new RangeError(`mvt heads: bad rows of ${R.rows}`);
+    const out = y ?? this.alloc(H * R.cols);
+    this.products = true; // (timed as a product)
+    this.op(MVT, {
+      fmt: R.fmtCode, w: R.w, s: R.s, sdt: R.sdt, rows: R.rows, cols: R.cols, r0, rStride, n, x, xStride: 4 * xStride, y: out.subarray(0, H * R.cols), yStride: 4 * R.cols,
+    }, H, H * n * R.cols);
+    return out;
   }
 
-  /** MLA scores of H heads over n cached positions (Kernels.mlaScores; mla.ts mlaScoresRef), q's rope part at qo, stride qStride. A new arena array [H, n]. */
-  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number): Float32Array {
-    this.inArena('mla scores', qLat, q, lat, rope);
-    const out = this.alloc(H * n);
-    this.fused(OP_MLA_SCORES, [qLat.byteOffset, q.byteOffset + 4 * qo, 4 * qStride, lat.byteOffset, rope.byteOffset, n, Lk, dr, this.f64s(scale), out.byteOffset], H, H * n * (Lk + dr));
+  /** MLA scores of H heads over n cached positions (Kernels.mlaScores; mla.ts mlaScoresRef), q's rope part at qo, stride qStride, into out [H, n] (default a new arena array). */
+  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number,
+    out = this.alloc(H * n)): Float32Array {
+    if (H > 0 && (qo < 0 || qo + (H - 1) * qStride + dr > q.length)) throw new RangeError('mla scores: q too short');
+    if (out.length < H * n) throw new RangeError(`mla scores: out has ${out.length} values, need ${H * n}`);
+    const qrope = H > 0 ? q.subarray(qo, qo + (H - 1) * qStride + dr) : 0;
+    this.op(MLA_SCORES, {
+      qlat: f32s(qLat, H * Lk, 'mla qLat'), qrope, qropeStride: 4 * qStride, lat: f32s(lat, n * Lk, 'mla lat'), rope: f32s(rope, n * dr, 'mla rope'),
+      n, Lk, dr, scalePtr: this.f64(scale), out: out.subarray(0, H * n),
+    }, H, H * n * (Lk + dr));
     return out;
   }
 
   /** The softmax of each head's n scores in place (mla.ts attend: exp in f64 with Math.exp, f32(ex / Z)). */
   mlaSoftmax(sc: Float32Array, n: number, H: number): void {
-    this.inArena('mla softmax', sc);
     const ex = this.k.allocOffset(8 * H * n, 8);
-    this.fused(OP_MLA_SOFTMAX, [sc.byteOffset, n, ex], H, 20 * H * n);
+    this.op(MLA_SOFTMAX, { sc, n, ex }, H, 20 * H * n);
   }
 
-  /** out[h] = Σ_s f32(P[h·n + s] · lat[s]) (Kernels.mlaWeightedSum; mla.ts mlaWeightedSumRef). A new arena array [H, Lk]. */
-  mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number): Float32Array {
-    this.inArena('mla sum', P, lat);
-    const out = this.alloc(H * Lk);
-    this.fused(OP_MLA_WSUM, [P.byteOffset, lat.byteOffset, n, Lk, out.byteOffset], H, H * n * Lk);
+  /** out[h] = Σ_s f32(P[h·n + s] · lat[s]) (Kernels.mlaWeightedSum; mla.ts mlaWeightedSumRef) into out [H, Lk] (default a new arena array). */
+  mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out = this.alloc(H * Lk)): Float32Array {
+    if (out.length < H * Lk) throw new RangeError(`mla sum: out has ${out.length} values, need ${H * Lk}`);
+    this.op(MLA_WSUM, { P: f32s(P, H * n, 'mla P'), lat: f32s(lat, n * Lk, 'mla lat'), n, Lk, out: out.subarray(0, H * Lk) }, H, H * n * Lk);
     return out;
   }
 
   /** Rows `rows` of src [*, cols] (an arena array), back to back, as one op of the current step (wasm/fused.ts gather_rows). A new arena array [rows.length, cols]. */
   gatherRows(src: Float32Array, rows: readonly number[], cols: number): Float32Array {
-    this.inArena('gather rows', src);
+    if (!this.k.contains(src)) throw new RangeError('chain gather rows: the source must lie in kernel memory');
     const n = rows.length;
     for (const r of rows) if (!(r >= 0 && (r + 1) * cols <= src.length)) throw new RangeError(`gather rows: row ${r} outside ${src.length / cols} rows`);
     const tab = this.k.allocOffset(4 * n, 4);
     const t = new Int32Array(this.k.mem(), tab, n);
     for (let i = 0; i < n; i++) t[i] = src.byteOffset + 4 * rows[i]! * cols;
     const out = this.alloc(n * cols);
-    this.fused(OP_GATHER_ROWS, [tab, cols, out.byteOffset], n, n * cols);
+    this.op(GATHER_ROWS, { tab, cols, out }, n, n * cols);
     return out;
   }
 
@@ -310,33 +339,59 @@ export class Chain {
 
   /** out[i] = f32(out[i] · σ(g[i])) for i < n, σ(v) = 1 / (1 + Math.exp(−v)) in f64 (MLA's output gate), in place. */
   sigmoidGate(out: Float32Array, g: Float32Array, n: number): void {
-    this.inArena('sigmoid gate', out, g);
-    this.fused(OP_SIGMOID_GATE, [out.byteOffset, g.byteOffset], n, 20 * n);
+    this.op(SIGMOID_GATE, { out, g }, n, 20 * n);
   }
 
-  /** A fused op of the current step over units [0, n), counted as `macs` of work. */
-  private fused(kind: number, args: number[], n: number, macs: number): void {
+  /**
+   * One KDA delta-rule step of H heads (Kernels.kdaStep; kda.ts kdaRecurStep per head) in place on
+   * S [H, d, d]; o [H·d] is written.
+   */
+  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
+    const P = H * d;
+    if (o.length < P) throw new RangeError(`kda o: ${o.length} values, need ${P}`);
+    this.op(KDA_STEP, {
+      S: f32s(S, P * d, 'kda S'), q: f32s(q, P, 'kda q'), k: f32s(k, P, 'kda k'), v: f32s(v, P, 'kda v'), alpha: f32s(alpha, P, 'kda alpha'),
+      beta: f32s(beta, H, 'kda beta'), o: o.subarray(0, P), d,
+    }, H, 2 * P * d);
+  }
+
+  /** Op `def` of the current step over units [0, n), counted as `macs` of work; args by name (OpArg). */
+  op(def: OpDef, args: Readonly<Record<string, OpArg>>, n: number, macs: number): void {
+    const words: number[] = [];
+    for (const a of def.args) words.push(this.word(def, a, args[a.name]));
     const ctrl = this.k.ctrl;
-    this.cur.ops.push((slot) => writeFusedOp(ctrl, slot, kind, args, 0, n));
+    this.cur.ops.push((slot) => writeOp(ctrl, slot, def, words, 0, n));
     this.macs += macs;
+    this.units = Math.max(this.units, n);
+  }
+
+  /** The word of argument `a` (see OpArg). */
+  private word(def: OpDef, a: ArgDecl, v: OpArg | undefined): number {
+    if (v === undefined) throw new RangeError(`op ${def.name}: no argument ${a.name}`);
+    if (typeof v === 'number') return v;
+    if (this.k.contains(v)) return v.byteOffset;
+    const step = this.steps.length, end = v.byteOffset + v.byteLength;
+    if (this.copies.some((c) => c.step < step && c.y.buffer === v.buffer && c.y.byteOffset < end && v.byteOffset < c.y.byteOffset + c.bytes)) {
+      throw new RangeError(`op ${def.name}: ${a.name} is an earlier step's output outside kernel memory`);
+    }
+    const off = this.k.allocOffset(v.byteLength);
+    if (a.io !== 'out') new Uint8Array(this.k.mem(), off, v.byteLength).set(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
+    if (a.io === 'out' || a.io === 'inout') this.copies.push({ y: v, off, bytes: v.byteLength, step });
+    return off;
   }
 
   /** The offset of an arena f64 holding v. */
-  private f64s(v: number): number {
+  f64(v: number): number {
     const o = this.k.allocOffset(8, 8);
     new Float64Array(this.k.mem(), o, 1)[0] = v;
     return o;
   }
 
-  private inArena(what: string, ...arrays: Float32Array[]): void {
-    for (const a of arrays) if (!this.k.contains(a)) throw new RangeError(`chain ${what}: its arrays must lie in kernel memory`);
-  }
-
   /** The KDA block of a.T tokens (Kernels.kdaBlock) as one op of the current step; a.y must be in kernel memory. */
   kdaBlock(a: KdaBlockArgs): void {
     if (!this.k.contains(a.y)) throw new RangeError('chain kdaBlock: y must lie in kernel memory');
-    const { pb, macs } = this.k.kdaParams(a);
-    this.fused(OP_KDA_BLOCK, [pb], a.H, macs);
+    const { pb, macs } = kdaParams(this.k, a);
+    this.op(KDA_BLOCK, { pb }, a.H, macs);
   }
 
   /** Run every step (in as many dispatches as the control block needs: a cut is a barrier too), then fill the outputs outside kernel memory. */
@@ -356,6 +411,17 @@ export class Chain {
     if (this.ran) throw new Error('chain: run() twice');
     this.ran = true;
     this.k.timed(() => {
+      const nth = Math.max(1, Math.min(this.k.threadsFor(this.macs), this.units));
+      const bucket: ProfileBucket = this.experts ? 'experts' : this.products ? 'matmul' : 'fused';
+      const s0 = this.steps[0]!;
+      if (this.steps.length === 1 && s0.preps.length === 0 && s0.ops.length <= this.k.maxOps) {
+        // one step (every eager call): its ops as they are, one dispatch
+        for (let i = 0; i < s0.ops.length; i++) s0.ops[i]!(i);
+        if (s0.ops.length) this.k.run(s0.ops.length, nth, bucket);
+        this.launched = true;
+        this.top = this.k.mark();
+        return;
+      }
       const list: Writer[] = [];
       let poolSteps = 0; // the pool's steps (a step's preps are one of their own) within the first `steps`
       this.steps.forEach((s, i) => {
@@ -363,8 +429,6 @@ export class Chain {
         if (s.ops.length) list.push(...s.ops, BARRIER);
         if (i < steps) poolSteps += (s.preps.length ? 1 : 0) + (s.ops.length ? 1 : 0);
       });
-      const nth = this.k.threadsFor(this.macs);
-      const bucket: ProfileBucket = this.experts ? 'experts' : 'matmul';
       const ctrl = this.k.ctrl;
       const one = list.length - 1 < this.k.maxOps; // (the last barrier is not written)
       let n = 0, lastBarrier = false;
@@ -378,7 +442,7 @@ export class Chain {
         if (n === this.k.maxOps) flush(false);
         if (wr === BARRIER) {
           if (n === 0) continue;
-          writeFusedOp(ctrl, n, OP_BARRIER, [], 0, 0);
+          writeOp(ctrl, n, BARRIER_OP, [], 0, 0);
         } else wr(n);
         lastBarrier = wr === BARRIER;
         n++;
@@ -396,7 +460,7 @@ export class Chain {
     this.k.timed(() => {
       this.k.join();
       const mem = this.k.mem();
-      for (const c of this.copies) c.y.set(new Float32Array(mem, c.off, c.n));
+      for (const c of this.copies) new Uint8Array(c.y.buffer, c.y.byteOffset, c.bytes).set(new Uint8Array(mem, c.off, c.bytes));
     });
   }
 

@@ -175,16 +175,21 @@ export class Compute {
     return k ? k.attnResMix(cands, T, D, fold, eps) : null;
   }
 
-  // ---- fused pieces: the WebAssembly kernels when the state lives in this group's memory -------
-  // These return false (and do nothing) when the state is not in the group's memory: the caller
-  // then runs the JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
+  // ---- fused ops (kernels/ops/): the WebAssembly kernels when the state lives in this group's
+  // memory. They return false (and do nothing) when it does not: the caller then runs the
+  // JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
+
+  /** Runs `fn` on the member whose memory holds every one of `state`; false when none does. */
+  private onState(state: readonly ArrayBufferView[], fn: (k: Kernels) => void): boolean {
+    const kk = this.kernels?.ownerOf(state[0]!);
+    if (!kk || !state.every((a) => kk.contains(a))) return false;
+    fn(kk);
+    return true;
+  }
 
   /** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep). */
   kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): boolean {
-    const kk = this.kernels?.ownerOf(S);
-    if (!kk) return false;
-    kk.kdaStep(S, q, k, v, alpha, beta, o, H, d);
-    return true;
+    return this.onState([S], (kk) => kk.kdaStep(S, q, k, v, alpha, beta, o, H, d));
   }
 
   /**
@@ -193,11 +198,10 @@ export class Compute {
    * constant vectors (taps, dt_bias, o_norm) are placed in kernel memory once and reused.
    */
   kdaBlock(a: KdaBlockArgs): boolean {
-    const kk = this.kernels?.ownerOf(a.S);
-    if (!kk || !kk.contains(a.conv) || !kk.contains(a.work)) return false;
-    const c = (v: Float32Array): Float32Array => this.resident(kk, v);
-    kk.kdaBlock({ ...a, qConv: c(a.qConv), kConv: c(a.kConv), vConv: c(a.vConv), dtBias: c(a.dtBias), oNorm: c(a.oNorm) });
-    return true;
+    return this.onState([a.S, a.conv, a.work], (kk) => {
+      const c = (v: Float32Array): Float32Array => this.resident(kk, v);
+      kk.kdaBlock({ ...a, qConv: c(a.qConv), kConv: c(a.kConv), vConv: c(a.vConv), dtBias: c(a.dtBias), oNorm: c(a.oNorm) });
+    });
   }
 
   private readonly placed = new WeakMap<Float32Array, Float32Array>();
@@ -217,18 +221,12 @@ export class Compute {
 
   /** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
   mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
-    const kk = this.kernels?.ownerOf(lat);
-    if (!kk) return false;
-    kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
-    return true;
+    return this.onState([lat], (kk) => kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out));
   }
 
   /** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum). */
   mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): boolean {
-    const kk = this.kernels?.ownerOf(lat);
-    if (!kk) return false;
-    kk.mlaWeightedSum(P, lat, n, Lk, H, out);
-    return true;
+    return this.onState([lat], (kk) => kk.mlaWeightedSum(P, lat, n, Lk, H, out));
   }
 
   /**

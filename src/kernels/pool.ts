@@ -28,8 +28,11 @@
 
 import { Worker, isMainThread, parentPort, workerData, type WorkerOptions } from 'node:worker_threads';
 import { instantiate, type KernelExports } from './wasm/loader.js';
-import { FMTS, CTRL_BYTES } from './wasm/kernels.js';
-import { ACT_FNS } from './wasm/act.js';
+import { CTRL_BYTES } from './wasm/kernels.js';
+import { OPS as REGISTRY, OP_WORDS, RANGE_AT, opCode, runners } from './ops/registry.js';
+import { MATMUL } from './ops/matmul.js';
+import { BARRIER } from './ops/barrier.js';
+import type { OpDef, Runner } from './ops/op.js';
 
 // control block layout (i32 words from the start of the memory)
 const SEQ = 0;
@@ -49,76 +52,18 @@ const DONE_SLEEPER = 9;
 const OPS = 16; // first op word of the staging area (written by the caller)
 /** The staging area's first word (benches that record and replay dispatches: bench/glue.ts). */
 export const STAGING_WORD = OPS;
-export const OP_WORDS = 16;
+export { OP_WORDS };
 /** Ops one dispatch can hold: their staging words, live words and one claim word each (the next
  *  row or head to take). */
 const MAX_OPS = Math.floor((CTRL_BYTES / 4 - OPS) / (2 * OP_WORDS + 1));
 const LIVE = OPS + MAX_OPS * OP_WORDS;
 const CLAIMS = LIVE + MAX_OPS * OP_WORDS;
-/** A claimed piece of a matmul is at least this many multiply-adds (a few microseconds), so the
- *  claims (one compare-exchange each) cost little next to the products. */
-const MIN_PIECE_MACS = 1 << 15;
 
-/** Op kinds: a matmul (mm_<fmt> for FMTS[word 1]), or one of the fused kernels (wasm/fused.ts). */
-export const OP_MATMUL = 0;
-export const OP_KDA = 1;
-export const OP_MLA_SCORES = 2;
-export const OP_MLA_WSUM = 3;
-/** Transposed products of several heads (absorbed MLA): words fmt, w, s, sdt, rows, cols, r0,
- *  rStride, n, x, xStride, y, yStride (strides in rows / bytes), heads [h0, h1) in words 14, 15;
- *  head h is mvT_<fmt> over rows r0 + h*rStride .. +n, x at x + h*xStride, y at y + h*yStride. */
-export const OP_MVT = 4;
-/** The whole KDA block of a token (wasm/kda-block.ts): one word, its parameter block. */
-export const OP_KDA_BLOCK = 5;
-/** Gated activations of a batch (wasm/act.ts), split by 4-element units: words fn (index into
- *  ACT_OPS), g, u, o, pb, units [a, b) in words 14, 15; a thread runs act(g + 16a, u + 16a, o + 16a, 4(b - a), pb). */
-export const OP_ACT = 6;
-export const ACT_OPS = [ACT_FNS.silu, ACT_FNS.situ, ACT_FNS.situ_bl] as const;
-/** Attention Residuals (wasm/fused.ts attnres_scores / attnres_sum), split by tokens. */
-export const OP_ATTNRES_SCORES = 7;
-export const OP_ATTNRES_SUM = 8;
-/** Activations laid out for a matmul inside a chained dispatch (`Kernels.gatedMlpBatch`): words
- *  fn (index into PREP_FNS), then its arguments (src, dst, T, cols, and tilex's perm or q8_act's
- *  order, scale bits, offset); one unit, [0, 1) in words 14, 15: the calling thread's prepX
- *  (or quantizeActs) on one array, run by whichever thread claims it. */
-export const OP_PREP = 9;
-export const PREP_FNS = ['permx_bf', 'tilex', 'q8_act', 'permx_mx'] as const;
-/** A barrier: the ops after it start only when every op before it is done (a chained dispatch:
- *  one publish, one wake-up, no JavaScript between dependent steps). No range, no words. */
-export const OP_BARRIER = 10;
-/** The routed experts' weighted sum and latent norm of MoE tokens (wasm/fused.ts moe_combine), split by tokens. */
-export const OP_MOE_COMBINE = 11;
-/** A block's input, AttnRes mix then RMSNorm (wasm/fused.ts attnres_norm), split by tokens. */
-export const OP_ATTNRES_NORM = 12;
-/** RMSNorm of rows (wasm/fused.ts rms_norm_rows), split by rows. */
-export const OP_RMSNORM = 13;
-/** MLA: latents and rope keys appended to the cache (mla_append), the scores' softmax per head
- *  (mla_softmax), the sigmoid output gate (sigmoid_gate, split by elements). */
-export const OP_MLA_APPEND = 14;
-export const OP_MLA_SOFTMAX = 15;
-export const OP_SIGMOID_GATE = 16;
-/** Rows copied by a table of addresses (wasm/fused.ts gather_rows: a MoE expert's tokens), split by rows. */
-export const OP_GATHER_ROWS = 17;
-/** Fused ops: the export and its argument count (words 1 ..), before the range [h0, h1) in words 14, 15. */
-const FUSED: Record<number, [string, number]> = {
-  [OP_KDA]: ['kda_step', 8],
-  [OP_MLA_SCORES]: ['mla_scores', 10],
-  [OP_MLA_WSUM]: ['mla_wsum', 5],
-  [OP_MVT]: ['', 13],
-  [OP_KDA_BLOCK]: ['kda_block', 1],
-  [OP_ACT]: ['', 5],
-  [OP_ATTNRES_SCORES]: ['attnres_scores', 6],
-  [OP_ATTNRES_SUM]: ['attnres_sum', 5],
-  [OP_PREP]: ['', 8],
-  [OP_BARRIER]: ['', 0],
-  [OP_MOE_COMBINE]: ['moe_combine', 7],
-  [OP_ATTNRES_NORM]: ['attnres_norm', 8],
-  [OP_RMSNORM]: ['rms_norm_rows', 7],
-  [OP_MLA_APPEND]: ['mla_append', 8],
-  [OP_MLA_SOFTMAX]: ['mla_softmax', 3],
-  [OP_SIGMOID_GATE]: ['sigmoid_gate', 2],
-  [OP_GATHER_ROWS]: ['gather_rows', 3],
-};
+/** The op codes the pool itself knows: a matmul (bench/glue.ts replays them) and the step barrier. */
+export const OP_MATMUL = opCode(MATMUL);
+export const OP_BARRIER = opCode(BARRIER);
+/** Claim sizes per code (ops/op.ts claim): granularity and the least piece. */
+const CLAIM = REGISTRY.map((d) => d.claim ?? null);
 
 /** Microseconds a worker spins for the next dispatch before sleeping, and the main thread for
  *  the workers before sleeping. Spinning avoids a futex wake-up between the many small dispatches
@@ -140,24 +85,12 @@ function spinWhile(ctrl: Int32Array, i: number, v: number, us: number): number {
   }
 }
 
-/** An instance's exports looked up once (every dispatch on every thread runs through them). */
-interface Bound {
-  mm: ((...a: number[]) => number)[];
-  mvT: ((...a: number[]) => number)[];
-  act: ((...a: number[]) => number)[];
-  prep: ((...a: number[]) => number)[];
-  fused: Record<number, (...a: number[]) => number>;
-}
-const bound = new WeakMap<KernelExports, Bound>();
+/** An instance's piece runners per op code, made once (every dispatch on every thread runs through them). */
+const bound = new WeakMap<KernelExports, Runner[]>();
 
-function bind(ex: KernelExports): Bound {
+function bind(ex: KernelExports): Runner[] {
   let b = bound.get(ex);
-  if (!b) {
-    const fused: Record<number, (...a: number[]) => number> = {};
-    for (const [k, [fn]] of Object.entries(FUSED)) if (fn) fused[Number(k)] = ex[fn]!;
-    b = { mm: FMTS.map((f) => ex[`mm_${f}`]!), mvT: FMTS.map((f) => ex[`mvT_${f}`]!), act: ACT_OPS.map((f) => ex[f]!), prep: PREP_FNS.map((f) => ex[f]!), fused };
-    bound.set(ex, b);
-  }
+  if (!b) bound.set(ex, (b = runners(ex)));
   return b;
 }
 
@@ -181,44 +114,17 @@ function claim(ctrl: Int32Array, i: number, hi: number, nth: number, min: number
   }
 }
 
-/** Run one piece [a, b) of op o (rows of a matmul; heads or activation units of the others). */
-function runPiece(B: Bound, ctrl: Int32Array, o: number, kind: number, a: number, b: number, scratch: number): void {
-  if (kind === OP_MATMUL) {
-    B.mm[ctrl[o + 1]!]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!, ctrl[o + 9]!, a, b, scratch);
-  } else if (kind === OP_MVT) {
-    const mvT = B.mvT[ctrl[o + 1]!]!;
-    for (let h = a; h < b; h++) {
-      mvT(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]! + h * ctrl[o + 8]!, ctrl[o + 9]!,
-        ctrl[o + 10]! + h * ctrl[o + 11]!, ctrl[o + 12]! + h * ctrl[o + 13]!, scratch);
-    }
-  } else if (kind === OP_ACT) {
-    B.act[ctrl[o + 1]!]!(ctrl[o + 2]! + 16 * a, ctrl[o + 3]! + 16 * a, ctrl[o + 4]! + 16 * a, 4 * (b - a), ctrl[o + 5]!);
-  } else if (kind === OP_PREP) {
-    const fn = ctrl[o + 1]!;
-    if (fn === 0 || fn === 3) B.prep[fn]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!);
-    else if (fn === 1) B.prep[1]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!);
-    else B.prep[2]!(ctrl[o + 2]!, ctrl[o + 3]!, ctrl[o + 4]!, ctrl[o + 5]!, ctrl[o + 6]!, ctrl[o + 7]!, ctrl[o + 8]!);
-  } else {
-    // fused op: its arguments, then the head range
-    const nargs = FUSED[kind]![1];
-    const args: number[] = [];
-    for (let k = 1; k <= nargs; k++) args.push(ctrl[o + k]!);
-    B.fused[kind]!(...args, a, b);
-  }
-}
-
-/** Where the split range [lo, hi) of the op at word o lies: a matmul's rows in words 10, 11; the
- *  other kinds' heads (or units) in words 14, 15. */
+/** Where the split range [lo, hi) of the op at word o lies (after its arguments). */
 function rangeWord(ctrl: Int32Array, o: number): number {
-  return o + (ctrl[o] === OP_MATMUL ? 10 : 14);
+  return o + RANGE_AT[ctrl[o]!]!;
 }
 
 /** Run the staged ops on the calling thread alone, each whole (no claims, no live area). */
 function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: number): void {
-  const B = bind(ex);
+  const run = bind(ex);
   for (let i = 0; i < nops; i++) {
     const o = OPS + i * OP_WORDS, r = rangeWord(ctrl, o);
-    if (ctrl[r]! < ctrl[r + 1]!) runPiece(B, ctrl, o, ctrl[o]!, ctrl[r]!, ctrl[r + 1]!, scratch);
+    if (ctrl[r]! < ctrl[r + 1]!) run[ctrl[o]!]!(ctrl, o, ctrl[r]!, ctrl[r + 1]!, scratch);
   }
 }
 
@@ -231,7 +137,7 @@ function runAll(ex: KernelExports, ctrl: Int32Array, nops: number, scratch: numb
  *  routed experts, bound by arithmetic) the threads start on different kinds and overlap them;
  *  each op is still claimed to its end, so which thread runs a row never matters. */
 function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: number, steps = Infinity): unknown {
-  const B = bind(ex);
+  const run = bind(ex);
   const nops = ctrl[NOPS]!, nth = ctrl[NTHREADS]!;
   let err: unknown = null;
   let end = 0; // DONE once every step so far is finished
@@ -243,7 +149,7 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
       end += Math.max(0, ctrl[r + 1]! - ctrl[r]!);
       p1++;
     }
-    err = runStep(B, ctrl, scratch, tid, nth, p0, p1) ?? err;
+    err = runStep(run, ctrl, scratch, tid, nth, p0, p1) ?? err;
     if (p1 < nops) while (Atomics.load(ctrl, DONE) < end) { /* spin: the other threads' last pieces of this step */ }
     p0 = p1 + 1;
     if (s + 1 >= steps && p0 < nops) {
@@ -258,23 +164,21 @@ function runClaims(ex: KernelExports, ctrl: Int32Array, scratch: number, tid: nu
 let leftEarly = false;
 
 /** runClaims for the ops [p0, p1) of one step. */
-function runStep(B: Bound, ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
+function runStep(run: Runner[], ctrl: Int32Array, scratch: number, tid: number, nth: number, p0: number, p1: number): unknown {
   const n = p1 - p0, total = ctrl[TOTAL]!;
   const first = Math.floor((tid * n) / nth);
   let err: unknown = null;
   for (let j = 0; j < n; j++) {
     const i = p0 + (first + j < n ? first + j : first + j - n);
     const o = LIVE + i * OP_WORDS;
-    const kind = ctrl[o]!;
-    const mm = kind === OP_MATMUL;
+    const kind = ctrl[o]!, piece = run[kind]!, cl = CLAIM[kind];
     const hi = ctrl[rangeWord(ctrl, o) + 1]!;
-    // matmul pieces: an even number of rows (the tiled kernel takes rows in pairs), enough work each
-    const min = mm ? Math.max(2, Math.ceil(MIN_PIECE_MACS / Math.max(1, ctrl[o + 6]! * ctrl[o + 8]!))) : 1;
+    const min = cl ? cl.min(ctrl, o) : 1, gran = cl ? cl.gran : 1;
     for (;;) {
-      const b = claim(ctrl, i, hi, nth, min, mm ? 2 : 1), a = claimedFrom;
+      const b = claim(ctrl, i, hi, nth, min, gran), a = claimedFrom;
       if (a >= b) break;
       try {
-        runPiece(B, ctrl, o, kind, a, b, scratch);
+        piece(ctrl, o, a, b, scratch);
       } catch (e) {
         err ??= e;
         Atomics.store(ctrl, ERROR, 1);
@@ -304,30 +208,18 @@ function stage(ctrl: Int32Array, nops: number): number {
 /** Words of a matmul op: kind, fmt (index into FMTS), w, s, sdt, rows, cols, x, T, y, r0, r1 (offsets in bytes). */
 export function writeMatmulOp(ctrl: Int32Array, i: number, fmt: number, w: number, s: number, sdt: number, rows: number, cols: number,
   x: number, T: number, y: number, r0: number, r1: number): void {
-  const o = OPS + i * OP_WORDS;
-  ctrl[o] = OP_MATMUL;
-  ctrl[o + 1] = fmt;
-  ctrl[o + 2] = w | 0;
-  ctrl[o + 3] = s | 0;
-  ctrl[o + 4] = sdt;
-  ctrl[o + 5] = rows;
-  ctrl[o + 6] = cols;
-  ctrl[o + 7] = x | 0;
-  ctrl[o + 8] = T;
-  ctrl[o + 9] = y | 0;
-  ctrl[o + 10] = r0;
-  ctrl[o + 11] = r1;
+  writeOp(ctrl, i, MATMUL, [fmt, w, s, sdt, rows, cols, x, T, y], r0, r1);
 }
 
-/** A fused op: `args` (at most 13 i32 words) then the head range [h0, h1). */
-export function writeFusedOp(ctrl: Int32Array, i: number, kind: number, args: readonly number[], h0: number, h1: number): void {
-  const [, nargs] = FUSED[kind]!;
-  if (args.length !== nargs) throw new Error(`fused op ${kind}: ${args.length} arguments, want ${nargs}`);
+/** Op `def` in slot i: its code, its arguments (i32 words, as many as it declares), then the range [h0, h1). */
+export function writeOp(ctrl: Int32Array, i: number, def: OpDef, args: readonly number[], h0: number, h1: number): void {
+  const n = def.args.length;
+  if (args.length !== n) throw new Error(`op ${def.name}: ${args.length} arguments, want ${n}`);
   const o = OPS + i * OP_WORDS;
-  ctrl[o] = kind;
-  for (let k = 0; k < args.length; k++) ctrl[o + 1 + k] = args[k]! | 0;
-  ctrl[o + 14] = h0;
-  ctrl[o + 15] = h1;
+  ctrl[o] = opCode(def);
+  for (let k = 0; k < n; k++) ctrl[o + 1 + k] = args[k]! | 0;
+  ctrl[o + 1 + n] = h0;
+  ctrl[o + 2 + n] = h1;
 }
 
 /** Ops one dispatch can hold. */

@@ -38,3 +38,38 @@ export class KernelProfile {
     this.soloMs = 0;
   }
 }
+
+/** What the timers need of the pool (pool.ts Pool). */
+export interface TimedPool {
+  readonly size: number;
+  waitMs: number;
+  run(nops: number, nth: number): void;
+}
+
+/** pool.run, its time split into `bucket` (the calling thread's share) and waiting for the workers. */
+export function timedRun(p: KernelProfile, pool: TimedPool, nops: number, nth: number, bucket: ProfileBucket): void {
+  const t0 = performance.now();
+  pool.waitMs = 0;
+  try {
+    pool.run(nops, nth);
+  } finally {
+    const w = pool.waitMs, ms = performance.now() - t0 - w;
+    p.add(bucket, ms);
+    if (nth <= 1 && pool.size > 1) p.soloMs += ms;
+    p.add('wait', w);
+    p.calls++;
+    if (nth > 1) p.pooled++;
+  }
+}
+
+/** Adds the time of a whole call to 'dispatch', less what timedRun put in other buckets meanwhile. */
+export function timedCall<R>(p: KernelProfile | null, fn: () => R): R {
+  if (!p) return fn();
+  const inner = (): number => p.ms.matmul + p.ms.experts + p.ms.fused + p.ms.wait;
+  const t0 = performance.now(), i0 = inner();
+  try {
+    return fn();
+  } finally {
+    p.add('dispatch', performance.now() - t0 - (inner() - i0));
+  }
+}

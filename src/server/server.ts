@@ -100,7 +100,7 @@ export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<Run
   });
   server.requestTimeout = 0; // long generations
   // Idle keep-alive sockets live 65 s (Node's default is 5 s): a client whose event loop was
-  // busy longer than that (a script between two requests, e.g. test/serve.test.ts's spawnSync of
+  // busy longer than that (a script between two requests, e.g. test/server/serve.test.ts's spawnSync of
   // `k3 logits`) otherwise reuses a socket the server has just closed and sees "fetch failed".
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {

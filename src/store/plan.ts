@@ -29,7 +29,7 @@ export const BASELINE_BYTES = 112 * MiB;
 /** One kernel worker thread (kernels/pool.ts), measured: its V8 isolate with Node's bootstrap
  *  heap (~9 MiB; young and old generations capped by pool.ts WORKER_LIMITS), its glibc malloc
  *  arena and thread stack (~5 MiB). Peak RSS rose 11-19 MiB from 1 to 2 threads and 13-15 MiB a
- *  worker from 1 to 4 on the synthetic K3 and K2 of test/memory.test.ts (AMD EPYC, Node 20;
+ *  worker from 1 to 4 on the synthetic K3 and K2 of test/store/memory.test.ts (AMD EPYC, Node 20;
  *  docs/MEMORY.md), within run-to-run noise of a few MiB. */
 export const WORKER_BYTES = 16 * MiB;
 

@@ -51,15 +51,25 @@ const POW2 = (() => {
   return a;
 })();
 
-/** expm1(x) for x in [-708, 708] (see the top of the file). */
-export function em1(x: number): number {
+/** 2^k of the last reduceExp. */
+let redS = 0;
+
+/** s·p of the reduction of x (see the top of the file), s = 2^k left in redS: expm1 = s·p + (s - 1),
+ *  exp = s·p + s. (A module variable rather than a pair: the references call it per element.) */
+function reduceExp(x: number): number {
   const t = x * LOG2E + SHIFT;
   const k = t - SHIFT;
   const r = x - k * LN2HI - k * LN2LO;
   const q = C2 + r * (C3 + r * (C4 + r * (C5 + r * (C6 + r * (C7 + r * (C8 + r * (C9 + r * C10)))))));
   const p = r + r * r * q;
-  const s = POW2[k + 1022]!;
-  return s * p + (s - 1);
+  redS = POW2[k + 1022]!;
+  return redS * p;
+}
+
+/** expm1(x) for x in [-708, 708] (see the top of the file). */
+export function em1(x: number): number {
+  const sp = reduceExp(x);
+  return sp + (redS - 1);
 }
 
 /**
@@ -68,14 +78,8 @@ export function em1(x: number): number {
  * WebAssembly twin is expW.
  */
 export function expRef(x: number): number {
-  x = clampExp(x);
-  const t = x * LOG2E + SHIFT;
-  const k = t - SHIFT;
-  const r = x - k * LN2HI - k * LN2LO;
-  const q = C2 + r * (C3 + r * (C4 + r * (C5 + r * (C6 + r * (C7 + r * (C8 + r * (C9 + r * C10)))))));
-  const p = r + r * r * q;
-  const s = POW2[k + 1022]!;
-  return s * p + s;
+  const sp = reduceExp(clampExp(x));
+  return sp + redS;
 }
 
 export function tanhRef(y: number): number {

@@ -118,7 +118,7 @@ function addDecF16(gen: Gen, f16s: Fn): Fn {
 // (so only e = 0 changes); NaN (b & 0x7f = 0x7f, e4m3fn has no infinities) gets the high byte
 // s | 0x7f, a bf16 NaN with the low byte 0xf0. It replaced an integer/convert formula per f32 lane
 // (about twice the instructions; docs/TUNING.md "Kernel forms: the fp8 decoder").
-// test/kernels.test.ts checks all 256 codes.
+// test/kernels/kernels.test.ts checks all 256 codes.
 const FP8_HB = Array.from({ length: 16 }, (_, i) => ((i & 8) << 4) | (60 + (i & 7)));
 /** e = 0: XOR turning the normal formula's bytes into those of m * 2^-9 (m = index), 0 past 7. */
 const FP8_SUB_LB = [0x00, 0x10, 0xa0, 0xf0, 0x40, 0x70, 0x20, 0x10, 0, 0, 0, 0, 0, 0, 0, 0];

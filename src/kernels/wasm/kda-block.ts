@@ -32,10 +32,9 @@ export const KDA_BLOCK_BYTES = 128;
 export const KDA_BLOCK_WORDS = ['S', 'conv', 'work', 'qr', 'kr', 'vr', 'z', 'b', 'gamma', 'y', 'qConv', 'kConv', 'vConv', 'dtBias', 'A', 'oNorm', 'd', 'H', 'W', 'T', 'mode'] as const;
 export const KDA_BLOCK_F64 = { eps: 96, lambda: 104, qScale: 112 } as const;
 
-export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
-  const f = fnx('kda_block', { pb: I32, h0: I32, h1: I32 });
+/** The kernel's locals and the helpers its pieces share (addKdaBlock). */
+function kdaLocals(f: Fn) {
   const L = (n: string): number => f.local(n, I32);
-  const G = (n: string): Code => get(f.p(n));
   const W: Record<string, number> = {};
   for (const w of KDA_BLOCK_WORDS) W[w] = L(`w_${w}`);
   const g = (n: (typeof KDA_BLOCK_WORDS)[number]): Code => get(W[n]!);
@@ -50,8 +49,14 @@ export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
   const F = (a: Code): Code => f64.promote_f32(f32.load(a));
   /** byte address of element m*P + c of a tail (c at byte cb within a [P] row) */
   const tailAt = (mm: Code): Code => i32.add(i32.add(get(tail), i32.mul(mm, get(P4))), get(cb));
+  return { f, W, g, h, t, i, m, P4, d4, hb, tb, cb, tl4, tail, q, k, v, al, o, be, src, taps, out, Ah, u, ss, inv, xv, eps, lam, qs, inc, loopTo, F, tailAt };
+}
+type K = ReturnType<typeof kdaLocals>;
 
-  const conv = (x: number, tp: number, tailOff: Code, dst: number): Code[] => [
+/** Short conv + SiLU of channel block x (taps tp) into dst, the tail at conv + tailOff shifted by one. */
+function conv(c: K, x: number, tp: number, tailOff: Code, dst: number): Code[] {
+  const { f, g, i, m, u, xv, cb, hb, src, tail, taps, tb, F, tailAt, loopTo } = c;
+  return [
     set(src, i32.add(get(x), get(tb))),
     set(tail, i32.add(g('conv'), tailOff)),
     ...loopTo(i, g('d'),
@@ -69,20 +74,64 @@ export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
       if_(i32.gt_s(g('W'), i32.const(1)), [f32.store(tailAt(i32.sub(g('W'), i32.const(2))), get(xv))]),
     ),
   ];
+}
 
-  /** ss = Σ x² over head h of the [P] vector at base (f64, i ascending). */
-  const sumSq = (base: number): Code[] => [
+/** ss = Σ x² over head h of the [P] vector at base (f64, i ascending). */
+function sumSq(c: K, base: number): Code[] {
+  const { g, i, u, ss, hb, F, loopTo } = c;
+  return [
     set(ss, f64.const(0)),
     ...loopTo(i, g('d'), set(u, F(i32.add(i32.add(get(base), get(hb)), i32.shl(get(i), i32.const(2))))), set(ss, f64.add(get(ss), f64.mul(get(u), get(u))))),
   ];
-  const l2 = (base: number, scale: Code): Code[] => [
-    ...sumSq(base),
+}
+
+/** L2 norm of head h of the [P] vector at base, times scale. */
+function l2(c: K, base: number, scale: Code): Code[] {
+  const { g, i, ss, inv, cb, hb, F, loopTo } = c;
+  return [
+    ...sumSq(c, base),
     set(inv, f64.div(f64.const(1), f64.sqrt(f64.add(get(ss), f64.const(1e-6))))),
     ...loopTo(i, g('d'),
       set(cb, i32.add(i32.add(get(base), get(hb)), i32.shl(get(i), i32.const(2)))),
       f32.store(get(cb), f32.demote_f64(f64.mul(f64.promote_f32(f32.demote_f64(f64.mul(F(get(cb)), get(inv)))), scale)))),
   ];
+}
 
+/** The decay α of head h (mode 1: from z and dtBias; mode 0: read), then β_h. */
+function decayBeta(c: K): Code[] {
+  const { f, g, i, h, t, cb, hb, tb, out, al, be, Ah, lam, F, loopTo } = c;
+  return [
+    ...loopTo(i, g('d'),
+      set(cb, i32.add(get(hb), i32.shl(get(i), i32.const(2)))),
+      set(out, i32.add(get(al), get(cb))),
+      if_(g('mode'), [
+        f32.store(get(out), f32.demote_f64(expS(f, f64.mul(get(lam), sigmoidS(f, f64.mul(get(Ah), f64.add(F(i32.add(i32.add(g('z'), get(tb)), get(cb))), F(i32.add(g('dtBias'), get(cb))))), 'ds')), 'de'))),
+      ], [f32.store(get(out), f32.load(i32.add(i32.add(g('z'), get(tb)), get(cb))))]),
+    ),
+    f32.store(i32.add(get(be), i32.shl(get(h), i32.const(2))),
+      f32.demote_f64(sigmoidS(f, F(i32.add(g('b'), i32.shl(i32.add(i32.mul(get(t), g('H')), get(h)), i32.const(2)))), 'bs'))),
+  ];
+}
+
+/** The gated RMSNorm of head h's output into y. */
+function gatedNorm(c: K): Code[] {
+  const { f, g, i, o, ss, inv, eps, cb, hb, tb, F, loopTo } = c;
+  return [
+    ...sumSq(c, o),
+    set(inv, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(g('d'))), get(eps))))),
+    ...loopTo(i, g('d'),
+      set(cb, i32.add(get(hb), i32.shl(get(i), i32.const(2)))),
+      f32.store(i32.add(i32.add(g('y'), get(tb)), get(cb)), f32.demote_f64(f64.mul(
+        f64.mul(f64.promote_f32(f32.demote_f64(f64.mul(F(i32.add(get(o), get(cb))), get(inv)))), F(i32.add(g('oNorm'), i32.shl(get(i), i32.const(2))))),
+        sigmoidS(f, F(i32.add(i32.add(g('gamma'), get(tb)), get(cb))), 'gs'))))),
+  ];
+}
+
+export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
+  const f = fnx('kda_block', { pb: I32, h0: I32, h1: I32 });
+  const G = (n: string): Code => get(f.p(n));
+  const c = kdaLocals(f);
+  const { W, g, h, t, d4, P4, tl4, hb, tb, q, k, v, al, o, be, Ah, eps, lam, qs, inc, loopTo } = c;
   f.body = [
     ...KDA_BLOCK_WORDS.map((w, j) => set(W[w]!, i32.load(G('pb'), 4 * j))),
     set(eps, f64.load(G('pb'), 96)), set(lam, f64.load(G('pb'), 104)), set(qs, f64.load(G('pb'), 112)),
@@ -97,31 +146,14 @@ export function addKdaBlock(fnx: FnMaker, kdaStep: number): void {
       set(Ah, f64.load(i32.add(g('A'), i32.shl(get(h), i32.const(3))))),
       ...loopTo(t, g('T'),
         set(tb, i32.mul(get(t), get(P4))),
-        ...conv(W.qr!, W.qConv!, i32.const(0), q),
-        ...conv(W.kr!, W.kConv!, get(tl4), k),
-        ...conv(W.vr!, W.vConv!, i32.shl(get(tl4), i32.const(1)), v),
-        ...l2(q, get(qs)),
-        ...l2(k, f64.const(1)),
-        // decay α
-        ...loopTo(i, g('d'),
-          set(cb, i32.add(get(hb), i32.shl(get(i), i32.const(2)))),
-          set(out, i32.add(get(al), get(cb))),
-          if_(g('mode'), [
-            f32.store(get(out), f32.demote_f64(expS(f, f64.mul(get(lam), sigmoidS(f, f64.mul(get(Ah), f64.add(F(i32.add(i32.add(g('z'), get(tb)), get(cb))), F(i32.add(g('dtBias'), get(cb))))), 'ds')), 'de'))),
-          ], [f32.store(get(out), f32.load(i32.add(i32.add(g('z'), get(tb)), get(cb))))]),
-        ),
-        // β_h
-        f32.store(i32.add(get(be), i32.shl(get(h), i32.const(2))),
-          f32.demote_f64(sigmoidS(f, F(i32.add(g('b'), i32.shl(i32.add(i32.mul(get(t), g('H')), get(h)), i32.const(2)))), 'bs'))),
+        ...conv(c, W.qr!, W.qConv!, i32.const(0), q),
+        ...conv(c, W.kr!, W.kConv!, get(tl4), k),
+        ...conv(c, W.vr!, W.vConv!, i32.shl(get(tl4), i32.const(1)), v),
+        ...l2(c, q, get(qs)),
+        ...l2(c, k, f64.const(1)),
+        ...decayBeta(c),
         call(kdaStep, g('S'), get(q), get(k), get(v), get(al), get(be), get(o), g('d'), get(h), i32.add(get(h), i32.const(1))),
-        // gated RMSNorm of head h
-        ...sumSq(o),
-        set(inv, f64.div(f64.const(1), f64.sqrt(f64.add(f64.div(get(ss), f64.convert_i32_s(g('d'))), get(eps))))),
-        ...loopTo(i, g('d'),
-          set(cb, i32.add(get(hb), i32.shl(get(i), i32.const(2)))),
-          f32.store(i32.add(i32.add(g('y'), get(tb)), get(cb)), f32.demote_f64(f64.mul(
-            f64.mul(f64.promote_f32(f32.demote_f64(f64.mul(F(i32.add(get(o), get(cb))), get(inv)))), F(i32.add(g('oNorm'), i32.shl(get(i), i32.const(2))))),
-            sigmoidS(f, F(i32.add(i32.add(g('gamma'), get(tb)), get(cb))), 'gs'))))),
+        ...gatedNorm(c),
       ),
       inc(h, i32.const(1)), br(0))),
   ];

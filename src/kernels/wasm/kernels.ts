@@ -30,9 +30,8 @@ import {
   type Code, Fn, I32, F32, V128, assemble, get, set, call, drop, block, loop, br, br_if, if_, i32,
   f32, v128, i32x4, f32x4,
 } from './emit.js';
-import { addFused } from './fused.js';
 import { addAct } from './act.js';
-import { addKdaBlock } from './kda-block.js';
+import { emitOps } from '../ops/registry.js';
 import { addQ8, addQuantizeBlocks } from './q8.js';
 import { addQ7 } from './q8-trunk.js';
 import {
@@ -65,185 +64,223 @@ export { MM1_ROWS, MM1_WIDE_ROWS, MM1_WIDE_FROM, MM1_MIN_DIST, MM1_CHUNK_COLS, M
 // sequential tail. Rows wider than TILE_CHUNK_FROM columns are walked in column chunks, the four
 // passes over one chunk before the next (gen.ts TILE_CHUNK_COLS: what one pass walks then stays in
 // L1), the accumulators kept in scratch between chunks ----
+/** One format's tiled kernel: its locals (in the order the module numbers them) and prologue. */
+function tiledLocals(gen: Gen, dec: Decoders, fmt: Fmt) {
+  const f = gen.fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
+  const P = (n: string) => get(f.p(n));
+  const kind = ROWS[fmt];
+  const decFn = kind === 'dec_f32' ? dec[fmt]! : null;
+  const r = f.local('r', I32), t = f.local('t', I32), xg = f.local('xg', I32);
+  const RP = [0, 1].map((i) => f.local(`rp${i}`, I32));
+  const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
+  const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
+  const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
+  const hv = f.local('hv', V128), nb = f.local('nb', I32), cw = f.local('cw', I32), tch = f.local('tch', I32);
+  const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
+  const S = (i: number): Code => addp(P('scratch'), i32.mul(get(rowb), i32.const(i)));
+  f.prologue.push(
+    set(colsb, i32.shl(P('cols'), i32.const(2))),
+    set(n16, i32.and(P('cols'), i32.const(-16))),
+    set(nb, i32.shr_u(get(n16), i32.const(4))),
+    // blocks a column chunk: all of them up to TILE_CHUNK_FROM columns, else as even a split as
+    // TILE_CHUNK_COLS-column chunks allow
+    set(cw, get(nb)),
+    if_(i32.gt_u(get(n16), i32.const(TILE_CHUNK_FROM)), [
+      set(cw, i32.div_u(i32.add(get(nb), i32.const(TILE_CHUNK_COLS / 16 - 1)), i32.const(TILE_CHUNK_COLS / 16))),
+      set(cw, i32.div_u(i32.sub(i32.add(get(nb), get(cw)), i32.const(1)), get(cw))),
+    ]),
+    // scratch: [decoded bf16 row][f32 row 0][f32 row 1][accumulators between passes]
+    set(rowb, i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64))),
+    set(RP[0]!, S(1)), set(RP[1]!, S(2)),
+    set(ab, S(3)),
+  );
+  // bf16 rows stored in column panels (sdt PANEL_SDT, s = block rows << 16 | panel width; the
+  // layout of formats/panels.ts): a row is one slice per panel
+  const panelled = (): Code => i32.eq(P('sdt'), i32.const(PANEL_SDT));
+  const pnRB = f.local('pnRB', I32), pnW = f.local('pnW', I32), pnBs = f.local('pnBs', I32), pnNb = f.local('pnNb', I32);
+  const pnP = f.local('pnP', I32), pnN = f.local('pnN', I32), pnA = f.local('pnA', I32), pnRows = f.local('pnRows', I32);
+  // the op word's block rows, panel width and panel count, once a call
+  if (kind === 'bf16') {
+    f.prologue.push(if_(panelled(), [
+      set(pnRB, i32.shr_u(P('s'), i32.const(16))), set(pnW, i32.and(P('s'), i32.const(0xffff))),
+      set(pnN, i32.div_u(P('cols'), get(pnW))),
+    ]));
+  }
+  const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
+  const PR = [0, 1].map((i) => f.local(`pr${i}`, I32));
+  const cb = f.local('cb', I32), ce = f.local('ce', I32);
+  /** Bytes of a stored row used in place (bf16: 2 a column, f32: 4). */
+  const storedRowBytes = (): Code => (kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb));
+  return {
+    gen, dec, fmt, f, P, kind, decFn, r, t, xg, RP, n16, colsb, ab, rowb, p, q, qend, acc, c, xt, hv, nb, cw, tch, FA,
+    panelled, pnRB, pnW, pnBs, pnNb, pnP, pnN, pnA, pnRows, QG, PR, cb, ce, storedRowBytes,
+  };
+}
+type TL = ReturnType<typeof tiledLocals>;
+
+/** bf16 row at src -> f32 at dst (natural order): n columns (default the row's). */
+function widen(c: TL, src: Code, dst: Code, n: () => Code = () => c.P('cols')): Code[] {
+  const { p, q, xt, qend, hv } = c;
+  return [
+    set(p, src), set(q, dst), set(xt, get(q)),
+    set(qend, addp(get(xt), i32.shl(i32.and(n(), i32.const(-8)), i32.const(2)))),
+    block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+      set(hv, v128.load(get(p))),
+      v128.store(get(q), i32x4.shl(i32x4.extend_low_i16x8_u(get(hv)), i32.const(16))),
+      v128.store(get(q), i32x4.shl(i32x4.extend_high_i16x8_u(get(hv)), i32.const(16)), 16),
+      set(p, i32.add(get(p), i32.const(16))), set(q, i32.add(get(q), i32.const(32))), br(0))),
+    set(qend, addp(get(xt), i32.shl(n(), i32.const(2)))),
+    block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
+      i32.store(get(q), i32.shl(i32.load16_u(get(p)), i32.const(16))),
+      set(p, i32.add(get(p), i32.const(2))), set(q, i32.add(get(q), i32.const(4))), br(0))),
+  ];
+}
+
+/** For each panel pnP of row `row` (pnA: the address of its slice), body. */
+function eachSlice(c: TL, row: Code, body: Code[]): Code[] {
+  const { P, pnBs, pnNb, pnP, pnN, pnA, pnW } = c;
+  return [
+    ...panelBlock(pnBs, pnNb, row, get(c.pnRB), P('rows')),
+    set(pnP, i32.const(0)),
+    forLt(pnP, pnN, 1,
+      // block start + the panels before it (nb rows each) + the row's slice in this one
+      set(pnA, addp(addp(P('w'), i32.mul(get(pnBs), i32.shl(P('cols'), i32.const(1)))),
+        i32.shl(i32.mul(get(pnW), i32.add(i32.mul(get(pnNb), get(pnP)), i32.sub(row, get(pnBs)))), i32.const(1)))),
+      ...body),
+  ];
+}
+
+/** Stored rows used in place (bf16, f32): one load per 64-byte line of rows [r, r + nr) first.
+ *  Why: the widening loop (or the first pass, for f32) does ~8 operations per 16 bytes, so the
+ *  reorder window holds the loads of only ~14 lines and a row pair streams from memory at about
+ *  10 GB/s; this loop's 3 operations a line keep ~100 lines in flight, and what follows reads
+ *  from the caches. The loaded words are folded into tch, stored once at the end (kept alive);
+ *  no number changes. Decoded formats gain nothing (their decoding does more per byte). */
+function touchRows(c: TL, nr: number): Code[] {
+  const { P, r, pnRows, pnBs, pnNb, pnA, pnW } = c;
+  const touch = (from: Code, to: Code): Code[] => touchLines(c.p, c.qend, c.tch, from, to);
+  /** The stored bytes of rows [r, r + nr) of a row-major matrix. */
+  const touchRowMajor = (): Code[] => touch(addp(P('w'), i32.mul(get(r), c.storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), c.storedRowBytes())));
+  if (c.kind !== 'bf16') return touchRowMajor();
+  return [if_(c.panelled(),
+    // panelled rows: every PANEL_TOUCH_ROWS rows of the op, the next ones' slices of each panel
+    // (one run a panel, within the block and the op's rows)
+    [if_(i32.eqz(i32.and(i32.sub(get(r), P('r0')), i32.const(PANEL_TOUCH_ROWS - 1))),
+      eachSlice(c, get(r), [
+        set(pnRows, i32.sub(i32.add(get(pnBs), get(pnNb)), get(r))),
+        minU(pnRows, i32.sub(P('r1'), get(r))),
+        minU(pnRows, i32.const(PANEL_TOUCH_ROWS)),
+        ...touch(get(pnA), addp(get(pnA), i32.shl(i32.mul(get(pnW), get(pnRows)), i32.const(1)))),
+      ]))],
+    touchRowMajor())];
+}
+
+/** Row r+i as exact f32 values at RP[i]. */
+function loadRow(c: TL, i: number): Code[] {
+  const { P, kind, RP } = c;
+  const row = i32.add(get(c.r), i32.const(i));
+  if (kind === 'dec_f32') return [drop(call(reg(c.decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
+  if (kind === 'dec_bf16') return [drop(call(reg(c.dec.mx2f32!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
+  if (kind === 'bf16') {
+    return [if_(c.panelled(),
+      eachSlice(c, row, widen(c, get(c.pnA), addp(get(RP[i]!), i32.shl(i32.mul(get(c.pnP), get(c.pnW)), i32.const(2))), () => get(c.pnW))),
+      widen(c, addp(P('w'), i32.mul(row, c.storedRowBytes())), get(RP[i]!)))];
+  }
+  return [set(RP[i]!, addp(P('w'), i32.mul(row, c.storedRowBytes())))];
+}
+
+/** The lane-group passes over one column chunk [cb, ce) of nr rows and tt tokens: accumulators A
+ *  (from zero on the first chunk, else from ab), weight vectors W. */
+function tiledPasses(c: TL, tt: number, nr: number, A: number[][][], W: number[][], gg: number): Code[] {
+  const { f, gen, ab, cb, ce, PR, QG, RP, qend, xg, n16 } = c;
+  const G = Array.from({ length: gg }, (_, g) => g);
+  const R = Array.from({ length: nr }, (_, i) => i);
+  const slot = (i: number, k0: number, g: number, j: number): number => (((i * 4) + k0 + g) * tt + j) * 16;
+  const passes: Code[] = [];
+  for (let k0 = 0; k0 < 4; k0 += gg) {
+    passes.push(
+      // the first chunk starts from zero, the others from where the previous chunk left off
+      if_(i32.eqz(get(cb)), A.flat(2).map((a) => set(a, ZERO)),
+        R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => set(a, v128.load(get(ab), slot(i, k0, g, j))))))),
+      ...R.map((i) => set(PR[i]!, addp(get(RP[i]!), i32.shl(get(cb), i32.const(6))))),
+      ...G.map((g) => set(QG[g]!, addp(get(xg), addp(i32.mul(get(n16), i32.const(tt * (k0 + g))), i32.mul(get(cb), i32.const(16 * tt)))))),
+      set(qend, addp(get(QG[0]!), i32.mul(i32.sub(get(ce), get(cb)), i32.const(16 * tt)))),
+      block(loop(br_if(1, i32.ge_u(get(QG[0]!), get(qend))),
+        ...G.flatMap((g) => [
+          ...R.map((i) => set(W[i]![g]!, v128.load(get(PR[i]!), 16 * (k0 + g)))),
+          ...Array.from({ length: tt }, (_, j) => {
+            const xj = f.local('xj', V128);
+            return nr === 1
+              ? mac(gen.madd, A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
+              : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(gen.madd, A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];
+          }),
+        ]),
+        ...R.map((i) => set(PR[i]!, i32.add(get(PR[i]!), i32.const(64)))),
+        ...G.map((g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
+      ...R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => v128.store(get(ab), get(a), slot(i, k0, g, j))))),
+    );
+  }
+  return passes;
+}
+
+/** Row i's outputs for the tt tokens: the lanes combined, then the tail columns, stored. */
+function tiledTail(c: TL, tt: number, i: number): Code[] {
+  const { f, gen, P, FA, acc, q, xt, RP, n16, xg } = c;
+  // token j's tail at xg + n16*4*tt + j*(cols - n16)*4
+  const out: Code[] = [set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt))))];
+  for (let j = 0; j < tt; j++) {
+    for (let k = 0; k < 4; k++) out.push(set(FA[k]!, v128.load(get(c.ab), ((i * 4 + k) * tt + j) * 16)));
+    out.push(
+      set(acc, finalize(f, TILE_PERM[c.fmt], FA, `tt${tt}_${j}`)),
+      set(c.c, get(n16)),
+      set(xt, get(q)),
+      block(loop(br_if(1, i32.ge_u(get(c.c), P('cols'))),
+        set(acc, gen.madd.s(f32.load(addp(get(RP[i]!), i32.shl(get(c.c), i32.const(2)))), f32.load(get(xt)), get(acc))),
+        set(xt, i32.add(get(xt), i32.const(4))),
+        set(c.c, i32.add(get(c.c), i32.const(1))), br(0))),
+      set(q, get(xt)),
+      f32.store(addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(c.t), i32.const(j)), P('rows')), i32.add(get(c.r), i32.const(i))), i32.const(2))), get(acc)),
+    );
+  }
+  return out;
+}
+
+/** tt tokens of nr rows: the column chunks' passes, then each row's tails. */
+function tiledGroup(c: TL, tt: number, nr: number): Code[] {
+  const { f, cb, ce, cw, nb } = c;
+  // lane groups per pass: enough independent chains (nr*gg*tt) to hide the add latency, few
+  // enough registers (V8 hoists the gg*tt activation loads: nr*gg*tt + gg*tt + nr*gg <= 15)
+  const gg = nr === 2 ? (tt === 1 ? 2 : 1) : tt === 1 ? 4 : tt <= 3 ? 2 : 1;
+  const A = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => Array.from({ length: tt }, (_, j) => f.local(`a${nr}_${tt}_${i}_${g}_${j}`, V128))));
+  const W = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => f.local(`wv${i}_${g}`, V128)));
+  const passes = tiledPasses(c, tt, nr, A, W, gg);
+  // the column chunks (TILE_CHUNK_COLS), at least one: rows shorter than 16 columns are all tail
+  return [
+    set(cb, i32.const(0)),
+    loop(
+      set(ce, i32.add(get(cb), get(cw))),
+      if_(i32.gt_u(get(ce), get(nb)), [set(ce, get(nb))]),
+      ...passes,
+      set(cb, get(ce)),
+      br_if(0, i32.lt_u(get(cb), get(nb))),
+    ),
+    ...Array.from({ length: nr }, (_, i) => tiledTail(c, tt, i)).flat(),
+  ];
+}
+
 function addTiledMatmul(gen: Gen, dec: Decoders): void {
   const TT = gen.TT;
   const TR = gen.opts.tileRows ?? TILE_ROWS;
   for (const fmt of FMTS) {
-    const f = gen.fnx(`mmt_${fmt}`, MM_PARAMS, null, false);
-    const P = (n: string) => get(f.p(n));
-    const kind = ROWS[fmt];
-    const decFn = kind === 'dec_f32' ? dec[fmt]! : null;
-    const r = f.local('r', I32), t = f.local('t', I32), xg = f.local('xg', I32);
-    const RP = [0, 1].map((i) => f.local(`rp${i}`, I32));
-    const n16 = f.local('n16', I32), colsb = f.local('colsb', I32), ab = f.local('ab', I32), rowb = f.local('rowb', I32);
-    const p = f.local('p', I32), q = f.local('q', I32), qend = f.local('qend', I32);
-    const acc = f.local('acc', F32), c = f.local('c', I32), xt = f.local('xt', I32);
-    const hv = f.local('hv', V128), nb = f.local('nb', I32), cw = f.local('cw', I32), tch = f.local('tch', I32);
-    const FA = [0, 1, 2, 3].map((k) => f.local(`fa${k}`, V128));
-    const S = (i: number): Code => addp(P('scratch'), i32.mul(get(rowb), i32.const(i)));
-    f.prologue.push(
-      set(colsb, i32.shl(P('cols'), i32.const(2))),
-      set(n16, i32.and(P('cols'), i32.const(-16))),
-      set(nb, i32.shr_u(get(n16), i32.const(4))),
-      // blocks a column chunk: all of them up to TILE_CHUNK_FROM columns, else as even a split as
-      // TILE_CHUNK_COLS-column chunks allow
-      set(cw, get(nb)),
-      if_(i32.gt_u(get(n16), i32.const(TILE_CHUNK_FROM)), [
-        set(cw, i32.div_u(i32.add(get(nb), i32.const(TILE_CHUNK_COLS / 16 - 1)), i32.const(TILE_CHUNK_COLS / 16))),
-        set(cw, i32.div_u(i32.sub(i32.add(get(nb), get(cw)), i32.const(1)), get(cw))),
-      ]),
-      // scratch: [decoded bf16 row][f32 row 0][f32 row 1][accumulators between passes]
-      set(rowb, i32.and(i32.add(get(colsb), i32.const(63)), i32.const(-64))),
-      set(RP[0]!, S(1)), set(RP[1]!, S(2)),
-      set(ab, S(3)),
-    );
-    /** bf16 row at src -> f32 at dst (natural order): n columns (default the row's). */
-    const widen = (src: Code, dst: Code, n: () => Code = () => P('cols')): Code[] => [
-      set(p, src), set(q, dst), set(xt, get(q)),
-      set(qend, addp(get(xt), i32.shl(i32.and(n(), i32.const(-8)), i32.const(2)))),
-      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-        set(hv, v128.load(get(p))),
-        v128.store(get(q), i32x4.shl(i32x4.extend_low_i16x8_u(get(hv)), i32.const(16))),
-        v128.store(get(q), i32x4.shl(i32x4.extend_high_i16x8_u(get(hv)), i32.const(16)), 16),
-        set(p, i32.add(get(p), i32.const(16))), set(q, i32.add(get(q), i32.const(32))), br(0))),
-      set(qend, addp(get(xt), i32.shl(n(), i32.const(2)))),
-      block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-        i32.store(get(q), i32.shl(i32.load16_u(get(p)), i32.const(16))),
-        set(p, i32.add(get(p), i32.const(2))), set(q, i32.add(get(q), i32.const(4))), br(0))),
-    ];
-    /** Stored rows used in place (bf16, f32): one load per 64-byte line of rows [r, r + nr) first.
-     *  Why: the widening loop (or the first pass, for f32) does ~8 operations per 16 bytes, so the
-     *  reorder window holds the loads of only ~14 lines and a row pair streams from memory at about
-     *  10 GB/s; this loop's 3 operations a line keep ~100 lines in flight, and what follows reads
-     *  from the caches. The loaded words are folded into tch, stored once at the end (kept alive);
-     *  no number changes. Decoded formats gain nothing (their decoding does more per byte). */
-    const inPlace = kind === 'bf16' || kind === 'f32';
-    /** Bytes of a stored row used in place (bf16: 2 a column, f32: 4). */
-    const storedRowBytes = (): Code => (kind === 'bf16' ? i32.shl(P('cols'), i32.const(1)) : get(colsb));
-    const touch = (from: Code, to: Code): Code[] => touchLines(p, qend, tch, from, to);
-    /** The stored bytes of rows [r, r + nr) of a row-major matrix. */
-    const touchRowMajor = (nr: number): Code[] => touch(addp(P('w'), i32.mul(get(r), storedRowBytes())), addp(P('w'), i32.mul(i32.add(get(r), i32.const(nr)), storedRowBytes())));
-    const touchRows = (nr: number): Code[] => kind !== 'bf16'
-      ? touchRowMajor(nr)
-      : [if_(panelled(),
-        // panelled rows: every PANEL_TOUCH_ROWS rows of the op, the next ones' slices of each panel
-        // (one run a panel, within the block and the op's rows)
-        [if_(i32.eqz(i32.and(i32.sub(get(r), P('r0')), i32.const(PANEL_TOUCH_ROWS - 1))),
-          eachSlice(get(r), [
-            set(pnRows, i32.sub(i32.add(get(pnBs), get(pnNb)), get(r))),
-            minU(pnRows, i32.sub(P('r1'), get(r))),
-            minU(pnRows, i32.const(PANEL_TOUCH_ROWS)),
-            ...touch(get(pnA), addp(get(pnA), i32.shl(i32.mul(get(pnW), get(pnRows)), i32.const(1)))),
-          ]))],
-        touchRowMajor(nr))];
-    // bf16 rows stored in column panels (sdt PANEL_SDT, s = block rows << 16 | panel width; the
-    // layout of formats/panels.ts): a row is one slice per panel
-    const panelled = (): Code => i32.eq(P('sdt'), i32.const(PANEL_SDT));
-    const pnRB = f.local('pnRB', I32), pnW = f.local('pnW', I32), pnBs = f.local('pnBs', I32), pnNb = f.local('pnNb', I32);
-    const pnP = f.local('pnP', I32), pnN = f.local('pnN', I32), pnA = f.local('pnA', I32), pnRows = f.local('pnRows', I32);
-    // the op word's block rows, panel width and panel count, once a call
-    if (kind === 'bf16') {
-      f.prologue.push(if_(panelled(), [
-        set(pnRB, i32.shr_u(P('s'), i32.const(16))), set(pnW, i32.and(P('s'), i32.const(0xffff))),
-        set(pnN, i32.div_u(P('cols'), get(pnW))),
-      ]));
-    }
-    /** For each panel pnP of row `row` (pnA: the address of its slice), body. */
-    const eachSlice = (row: Code, body: Code[]): Code[] => [
-      ...panelBlock(pnBs, pnNb, row, get(pnRB), P('rows')),
-      set(pnP, i32.const(0)),
-      forLt(pnP, pnN, 1,
-        // block start + the panels before it (nb rows each) + the row's slice in this one
-        set(pnA, addp(addp(P('w'), i32.mul(get(pnBs), i32.shl(P('cols'), i32.const(1)))),
-          i32.shl(i32.mul(get(pnW), i32.add(i32.mul(get(pnNb), get(pnP)), i32.sub(row, get(pnBs)))), i32.const(1)))),
-        ...body),
-    ];
-    /** Row r+i as exact f32 values at RP[i]. */
-    const loadRow = (i: number): Code[] => {
-      const row = i32.add(get(r), i32.const(i));
-      if (kind === 'dec_f32') return [drop(call(reg(decFn!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
-      if (kind === 'dec_bf16') return [drop(call(reg(dec.mx2f32!), P('w'), P('s'), P('sdt'), P('rows'), P('cols'), row, get(RP[i]!)))];
-      if (kind === 'bf16') {
-        return [if_(panelled(),
-          eachSlice(row, widen(get(pnA), addp(get(RP[i]!), i32.shl(i32.mul(get(pnP), get(pnW)), i32.const(2))), () => get(pnW))),
-          widen(addp(P('w'), i32.mul(row, storedRowBytes())), get(RP[i]!)))];
-      }
-      return [set(RP[i]!, addp(P('w'), i32.mul(row, storedRowBytes())))];
-    };
-    const QG = [0, 1, 2, 3].map((g) => f.local(`qg${g}`, I32));
-    const PR = [0, 1].map((i) => f.local(`pr${i}`, I32));
-    const cb = f.local('cb', I32), ce = f.local('ce', I32);
-    const group = (tt: number, nr: number): Code[] => {
-      // lane groups per pass: enough independent chains (nr*gg*tt) to hide the add latency, few
-      // enough registers (V8 hoists the gg*tt activation loads: nr*gg*tt + gg*tt + nr*gg <= 15)
-      const gg = nr === 2 ? (tt === 1 ? 2 : 1) : tt === 1 ? 4 : tt <= 3 ? 2 : 1;
-      const A = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => Array.from({ length: tt }, (_, j) => f.local(`a${nr}_${tt}_${i}_${g}_${j}`, V128))));
-      const W = Array.from({ length: nr }, (_, i) => Array.from({ length: gg }, (_, g) => f.local(`wv${i}_${g}`, V128)));
-      const out: Code[] = [];
-      const G = Array.from({ length: gg }, (_, g) => g);
-      const R = Array.from({ length: nr }, (_, i) => i);
-      const passes: Code[] = [];
-      const slot = (i: number, k0: number, g: number, j: number): number => (((i * 4) + k0 + g) * tt + j) * 16;
-      for (let k0 = 0; k0 < 4; k0 += gg) {
-        passes.push(
-          // the first chunk starts from zero, the others from where the previous chunk left off
-          if_(i32.eqz(get(cb)), A.flat(2).map((a) => set(a, ZERO)),
-            R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => set(a, v128.load(get(ab), slot(i, k0, g, j))))))),
-          ...R.map((i) => set(PR[i]!, addp(get(RP[i]!), i32.shl(get(cb), i32.const(6))))),
-          ...G.map((g) => set(QG[g]!, addp(get(xg), addp(i32.mul(get(n16), i32.const(tt * (k0 + g))), i32.mul(get(cb), i32.const(16 * tt)))))),
-          set(qend, addp(get(QG[0]!), i32.mul(i32.sub(get(ce), get(cb)), i32.const(16 * tt)))),
-          block(loop(br_if(1, i32.ge_u(get(QG[0]!), get(qend))),
-            ...G.flatMap((g) => [
-              ...R.map((i) => set(W[i]![g]!, v128.load(get(PR[i]!), 16 * (k0 + g)))),
-              ...Array.from({ length: tt }, (_, j) => {
-                const xj = f.local('xj', V128);
-                return nr === 1
-                  ? mac(gen.madd, A[0]![g]![j]!, get(W[0]![g]!), v128.load(get(QG[g]!), 16 * j))
-                  : [set(xj, v128.load(get(QG[g]!), 16 * j)), ...R.map((i) => mac(gen.madd, A[i]![g]![j]!, get(W[i]![g]!), get(xj)))];
-              }),
-            ]),
-            ...R.map((i) => set(PR[i]!, i32.add(get(PR[i]!), i32.const(64)))),
-            ...G.map((g) => set(QG[g]!, i32.add(get(QG[g]!), i32.const(16 * tt)))), br(0))),
-          ...R.flatMap((i) => G.flatMap((g) => A[i]![g]!.map((a, j) => v128.store(get(ab), get(a), slot(i, k0, g, j))))),
-        );
-      }
-      // the column chunks (TILE_CHUNK_COLS), at least one: rows shorter than 16 columns are all tail
-      out.push(
-        set(cb, i32.const(0)),
-        loop(
-          set(ce, i32.add(get(cb), get(cw))),
-          if_(i32.gt_u(get(ce), get(nb)), [set(ce, get(nb))]),
-          ...passes,
-          set(cb, get(ce)),
-          br_if(0, i32.lt_u(get(cb), get(nb))),
-        ),
-      );
-      for (const i of R) {
-        // token j's tail at xg + n16*4*tt + j*(cols - n16)*4
-        out.push(set(q, addp(get(xg), i32.mul(get(n16), i32.const(4 * tt)))));
-        for (let j = 0; j < tt; j++) {
-          for (let k = 0; k < 4; k++) out.push(set(FA[k]!, v128.load(get(ab), ((i * 4 + k) * tt + j) * 16)));
-          out.push(
-            set(acc, finalize(f, TILE_PERM[fmt], FA, `tt${tt}_${j}`)),
-            set(c, get(n16)),
-            set(xt, get(q)),
-            block(loop(br_if(1, i32.ge_u(get(c), P('cols'))),
-              set(acc, gen.madd.s(f32.load(addp(get(RP[i]!), i32.shl(get(c), i32.const(2)))), f32.load(get(xt)), get(acc))),
-              set(xt, i32.add(get(xt), i32.const(4))),
-              set(c, i32.add(get(c), i32.const(1))), br(0))),
-            set(q, get(xt)),
-            f32.store(addp(P('y'), i32.shl(addp(i32.mul(i32.add(get(t), i32.const(j)), P('rows')), i32.add(get(r), i32.const(i))), i32.const(2))), get(acc)),
-          );
-        }
-      }
-      return out;
-    };
+    const c = tiledLocals(gen, dec, fmt);
+    const { f, P, r, t, xg, colsb } = c;
+    const inPlace = c.kind === 'bf16' || c.kind === 'f32';
     const tiles = (nr: number): Code[] => {
       const out: Code[] = [set(t, i32.const(0)), set(xg, P('x'))];
       for (let tt = TT; tt >= 1; tt--) {
         out.push(block(loop(
           br_if(1, i32.gt_u(i32.add(get(t), i32.const(tt)), P('T'))),
-          ...group(tt, nr),
+          ...tiledGroup(c, tt, nr),
           set(t, i32.add(get(t), i32.const(tt))),
           set(xg, addp(get(xg), i32.mul(get(colsb), i32.const(tt)))), br(0))));
       }
@@ -253,13 +290,13 @@ function addTiledMatmul(gen: Gen, dec: Decoders): void {
     for (const nr of TR === 2 ? [2, 1] : [1]) {
       body.push(block(loop(
         br_if(1, i32.gt_u(i32.add(get(r), i32.const(nr)), P('r1'))),
-        ...(inPlace ? touchRows(nr) : []),
-        ...Array.from({ length: nr }, (_, i) => loadRow(i)).flat(),
+        ...(inPlace ? touchRows(c, nr) : []),
+        ...Array.from({ length: nr }, (_, i) => loadRow(c, i)).flat(),
         ...tiles(nr),
         set(r, i32.add(get(r), i32.const(nr))), br(0))));
     }
     // the touched words, kept alive (scratch's first bytes: a decoded row's, unused here)
-    if (inPlace) body.push(i32.store(P('scratch'), get(tch)));
+    if (inPlace) body.push(i32.store(P('scratch'), get(c.tch)));
     f.body = body;
   }
 }
@@ -419,10 +456,15 @@ export function generate(opts: GenOptions): Generated {
   addPermutes(gen);
   addMatvecT(gen, dec);
 
-  // ---- fused pieces: KDA delta rule, MLA scores and weighted latent sum (fused.ts) ----
-  addFused(fnx, finalize, { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile, expFn: EXP_FN, madd: gen.madd });
-  // ---- the whole KDA block of a token around that delta rule (kda-block.ts) ----
-  addKdaBlock(fnx, fns.find((g) => g.name === 'kda_step')!.index);
+  // ---- the fused ops of the registry (ops/), in its order ----
+  emitOps({
+    fnx, finalize, madd: gen.madd, expFn: EXP_FN, opts: { kdaTile: opts.kdaTile, wsumTile: opts.wsumTile },
+    fn: (name, make) => {
+      const f = fns.find((g) => g.name === name) ?? make?.();
+      if (!f) throw new Error(`kernel module: no function ${name} yet`);
+      return f.index;
+    },
+  });
 
   // ---- gated activations: SiLU / SiTU with their own exp and tanh (act.ts) ----
   addAct(fnx, K);

@@ -3,15 +3,16 @@
 // column chunks; every output the canonical dot of its row alone.
 
 import {
-  type Code, Fn, I32, F32, V128, get, set, call, drop, block, loop, br, br_if, ifv, if_, select,
-  i32, f32, v128, i8x16, i16x8, i32x4, f32x4,
+  type Code, Fn, I32, F32, V128, get, set, call, drop, block, loop, br, br_if, if_, select,
+  i32, f32, v128, i32x4,
 } from './emit.js';
 import {
-  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, NIB_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, panelBlock,
+  type Perm, type Fmt, MM_PERM, ROWS, FMTS, ZERO, HI16_BYTES, MM_PARAMS, forLt, addp, minU, touchLines, panelBlock,
   mac, finalize, bf16At, type Gen, reg,
 } from './gen.js';
-import { type Decoders, fp8ToBf16, mxGroupApart, storeBf16Apart, storeBf16Scaled } from './decode.js';
+import type { Decoders } from './decode.js';
 import type { Madd } from './fma.js';
+import { addMm1Chunked } from './mm1-chunked.js';
 
 /** Stored rows (bf16, f32) the single-token matmul walks side by side, and the least distance
  *  between them: rows j and j+q for j in [r0, r0+q) of a range of n rows, q = n/2 when at least
@@ -44,6 +45,7 @@ export const MM1_DEC_ROWS = 3;
  *  rows) and dot fit in the reorder window together. Measurements: docs/TUNING.md "MX_CHUNK_GROUPS"
  *  (`tune.js mx-chunk`). */
 export const MX_CHUNK_GROUPS = 4;
+const CHUNK = { rows: MM1_DEC_ROWS, groups: MX_CHUNK_GROUPS };
 
 // ---- rows of the single-token path: a row's 4 accumulators per token. Several tokens per row
 // (TB >= 2 in registers) made V8 hoist the loads and spill accumulators (Zen 5 / V8 11): the
@@ -186,138 +188,6 @@ function srcBF16(gen: Gen, base: number, stride: number, noMask = false): RowSou
   };
 }
 
-/**
- * Exact single-token mxfp4, int4 or fp8 product, decode and dot interleaved: MM1_DEC_ROWS rows (j +
- * i*qd) at a time, walked in chunks of MX_CHUNK_GROUPS 32-column groups; per chunk each row's
- * groups are decoded into a small scratch (mxfp4 to bf16 with dec_mx2bf's lookups; int4 to f32 in
- * perm bf as dec_int4 writes, fp8 to f32 as dec_fp8, F32 or BF16 scales), then dotted in the two
- * lane-group passes of the whole-row path. Each accumulator sees the same multiply-adds in the same
- * order as the whole-row path (the chunks only cut the columns where a pass resumes), so the bytes
- * are the same. Why: the decode is bound by byte shuffles and the dot by the multiply-add chains;
- * a chunk's decode and the previous chunk's dot are independent, so the CPU runs them side by side
- * (a whole row's decode is more instructions than the reorder window holds).
- */
-function addMm1Chunked(gen: Gen, fmt: 'mxfp4' | 'int4' | 'fp8'): Fn {
-  const NR = MM1_DEC_ROWS;
-  const CG = MX_CHUNK_GROUPS;
-  const mx = fmt === 'mxfp4';
-  const f = gen.fnx(`mm1c_${fmt}`, { ...MM_PARAMS, qd: I32 }, null, false);
-  const P = (n: string) => get(f.p(n));
-  const j = f.local('j', I32), jend = f.local('jend', I32), g = f.local('g', I32), ng = f.local('ng', I32);
-  const half = f.local('half', I32), q = f.local('q', I32), xq = f.local('xq', I32), acc = f.local('acc', F32);
-  const sh = f.local('sh', I32); // int4, fp8: log2 of a scale's bytes (F32 4, BF16 2)
-  const pw = Array.from({ length: NR }, (_, i) => f.local(`pw${i}`, I32));
-  const ps = Array.from({ length: NR }, (_, i) => f.local(`ps${i}`, I32));
-  const A = Array.from({ length: NR }, (_, i) => [0, 1, 2, 3].map((k) => f.local(`a${i}_${k}`, V128)));
-  const X = [0, 1, 2, 3].map((k) => f.local(`x${k}`, V128));
-  const fp8 = fmt === 'fp8';
-  const srow = Array.from({ length: NR }, (_, i) => f.local(`srow${i}`, I32)); // fp8: the rows' scale rows
-  const colB = mx ? 2 : 4; // decoded bytes a column: bf16 (mxfp4), f32 (int4 in perm bf, fp8 in id)
-  const gB = fp8 ? 32 : 16; // stored bytes of a 32-column group
-  const CB = CG * 32 * colB; // decoded bytes of a row's chunk
-  const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
-  const out = (i: number, k: number, off: number): [Code, number] => [P('scratch'), i * CB + 32 * colB * k + off];
-  /** int4 / fp8: the scale at address a (F32 or BF16, by sh), in every lane. */
-  const scaleSplat = (a: Code): Code => f32x4.splat(ifv(F32, i32.eq(get(sh), i32.const(2)), f32.load(a), bf16At(a)));
-  /** int4 group k of row i: 16 bytes of nibbles at pw_i + 16k (byte b: columns 2b, 2b+1), scale
-   *  ps_i + (k << sh); (n - 8) * scale to f32 in perm bf, as dec_int4 (n - 8 in bytes, exact). */
-  const int4Group = (i: number, k: number): Code[] => {
-    const V = (n: string): number => f.local(`i4_${n}`, V128);
-    const B = V('B'), lo = V('lo'), hi = V('hi'), h = V('h'), sc = V('sc');
-    const a = i32.add(get(ps[i]!), i32.shl(i32.const(k), get(sh)));
-    const eight = gen.Kg(f, new Uint8Array(16).fill(8)), nib = gen.Kg(f, NIB_BYTES);
-    const val = (v: Code): Code => f32x4.mul(f32x4.convert_i32x4_s(v), get(sc));
-    // columns 16b .. 16b+15 of the group: lo bytes 8b .. 8b+7 (even columns), hi bytes (odd)
-    const block16 = (b: number): Code[] => [lo, hi].flatMap((src, par) => {
-      const [at, off] = out(i, k, 64 * b + 16 * par);
-      return [
-        set(h, (b === 0 ? i16x8.extend_low_i8x16_s : i16x8.extend_high_i8x16_s)(get(src))),
-        v128.store(at, val(i32x4.extend_low_i16x8_s(get(h))), off),
-        v128.store(at, val(i32x4.extend_high_i16x8_s(get(h))), off + 32),
-      ];
-    });
-    return [
-      set(sc, scaleSplat(a)),
-      set(B, v128.load(get(pw[i]!), 16 * k)),
-      set(lo, i8x16.sub(v128.and(get(B), nib), eight)),
-      set(hi, i8x16.sub(v128.and(i16x8.shr_u(get(B), i32.const(4)), nib), eight)),
-      ...block16(0), ...block16(1),
-    ];
-  };
-  /** fp8 group k of row i: 32 bytes at pw_i + 32k, the scale of its 128x128 block (columns g + k
-   *  >> 2 of the row's scale row); exact bf16 values (fp8ToBf16), widened, times the scale, as dec_fp8. */
-  const fp8Group = (i: number, k: number): Code[] => {
-    const V = (n: string): number => f.local(`f8_${n}`, V128);
-    const v = V('v'), lo = V('lo'), hi = V('hi'), sc = V('sc');
-    const a = i32.add(P('s'), i32.shl(i32.add(get(srow[i]!), i32.shr_u(i32.add(get(g), i32.const(k)), i32.const(2))), get(sh)));
-    return [
-      set(sc, scaleSplat(a)),
-      ...[0, 1].flatMap((h) => [
-        set(v, v128.load(get(pw[i]!), 32 * k + 16 * h)),
-        ...fp8ToBf16(gen, f, v, lo, hi),
-        ...[lo, hi].flatMap((b, bi) => storeBf16Scaled(gen, f, b, sc, ...out(i, k, 64 * h + 32 * bi))),
-      ]),
-    ];
-  };
-  const decode = (i: number, k: number): Code[] => fp8 ? fp8Group(i, k) : (mx
-    ? mxGroupApart(gen, f, get(pw[i]!), get(ps[i]!), k, (lbE, hbE, lbO, hbO) => storeBf16Apart(lbE, hbE, lbO, hbO, (jj) => out(i, k, 16 * jj)))
-    : int4Group(i, k));
-  const hi16 = gen.K(f, HI16_BYTES);
-  /** The chunk's dot, n groups: a loop over lane groups ks, 16 columns a step (scratch offset q,
-   *  x at xq + q * 4 / colB: a loop, so that V8 does not hoist a whole chunk's loads and spill them). */
-  const qend = f.local('qend', I32), wv = f.local('wv', V128);
-  const xAt = (): Code => addp(get(xq), mx ? i32.shl(get(q), i32.const(1)) : get(q));
-  const pass = (n: number, ks: readonly number[]): Code[] => [
-    set(q, i32.const(0)), set(qend, i32.const(32 * colB * n)),
-    block(loop(br_if(1, i32.ge_u(get(q), get(qend))),
-      ...ks.map((k) => set(X[k]!, v128.load(xAt(), 16 * k))),
-      ...Array.from({ length: NR }, (_, i) => mx
-        ? [
-          set(wv, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * (ks[0]! >> 1))),
-          ...ks.map((k) => mac(gen.madd, A[i]![k]!, (k & 1) === 0 ? i32x4.shl(get(wv), i32.const(16)) : v128.and(get(wv), get(hi16)), get(X[k]!))),
-        ]
-        : ks.map((k) => mac(gen.madd, A[i]![k]!, v128.load(addp(P('scratch'), get(q)), i * CB + 16 * k), get(X[k]!)))).flat(),
-      set(q, i32.add(get(q), i32.const(16 * colB))), br(0))),
-  ];
-  const chunk = (n: number): Code[] => [
-    ...Array.from({ length: NR }, (_, i) => Array.from({ length: n }, (_, k) => decode(i, k)).flat()).flat(),
-    ...pass(n, [0, 1]), ...pass(n, [2, 3]),
-    ...pw.map((p) => set(p, i32.add(get(p), i32.const(gB * n)))),
-    ...(fp8 ? [] : ps.map((p) => set(p, i32.add(get(p), mx ? i32.const(n) : i32.shl(i32.const(n), get(sh)))))),
-    set(xq, i32.add(get(xq), i32.const(128 * n))),
-    set(g, i32.add(get(g), i32.const(n))),
-  ];
-  f.body = [
-    set(half, i32.shr_u(P('cols'), i32.const(1))),
-    set(ng, i32.shr_u(P('cols'), i32.const(5))),
-    // int4 / fp8 scales: F32 (sdt 0) 4 bytes, BF16 (1) 2; F16 (2) does not come here
-    set(sh, i32.sub(i32.const(2), P('sdt'))),
-    set(jend, i32.add(P('r0'), P('qd'))),
-    set(j, P('r0')),
-    forLt(j, jend, 1,
-      ...Array.from({ length: NR }, (_, i) => fp8
-        ? [
-          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), P('cols')))),
-          // floor(r/128) * ceil(cols/128)
-          set(srow[i]!, i32.mul(i32.shr_u(rowOf(i), i32.const(7)), i32.shr_u(i32.add(P('cols'), i32.const(127)), i32.const(7)))),
-        ]
-        : [
-          set(pw[i]!, addp(P('w'), i32.mul(rowOf(i), get(half)))),
-          set(ps[i]!, addp(P('s'), mx ? i32.mul(rowOf(i), get(ng)) : i32.shl(i32.mul(rowOf(i), get(ng)), get(sh)))),
-        ]).flat(),
-      ...A.flat().map((a) => set(a, ZERO)),
-      set(xq, P('x')), set(g, i32.const(0)),
-      block(loop(br_if(1, i32.gt_u(i32.add(get(g), i32.const(CG)), get(ng))), ...chunk(CG), br(0))),
-      block(loop(br_if(1, i32.ge_u(get(g), get(ng))), ...chunk(1), br(0))),
-      ...Array.from({ length: NR }, (_, i) => [
-        set(acc, finalize(f, MM_PERM[fmt], A[i]!, `c${i}`)),
-        f32.store(addp(P('y'), i32.shl(rowOf(i), i32.const(2))), get(acc)),
-      ]).flat(),
-    ),
-  ];
-  return f;
-}
-
 /** Rows of a panelled matrix (formats/panels.ts) that the single-token product takes through all
  *  the panels before the next ones: at most this many, their accumulators (64 bytes a row and
  *  token) within PANEL_ACC_BYTES of the thread's scratch. docs/TUNING.md "PANEL_SUB_ROWS". */
@@ -411,62 +281,71 @@ function addPanelled(gen: Gen): Fn {
 
 // ---- single-token matmul (T < TILE_MIN_T): y[t, r] for t < T, r in [r0, r1). A row is
 // decoded once (if its format needs it) and then dotted with each token in turn ----
+/** The single-token rows function <name>_<fmt>: rows [r0, r1) (nr = 1), or the groups of rows
+ *  j + i*qd, i < nr, for j in [r0, r0 + qd); stored rows in place, other formats decoded first. */
+function addRowFn(gen: Gen, dec: Decoders, fmt: Fmt, name: string, nr: number, passes: readonly (readonly number[])[], noMask = false): Fn {
+  const kind = ROWS[fmt];
+  const inPlace = kind === 'f32' || kind === 'bf16';
+  const f = gen.fnx(`${name}_${fmt}`, nr === 1 ? MM_PARAMS : { ...MM_PARAMS, qd: I32 }, null, false);
+  const P = (n: string) => get(f.p(n));
+  const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
+  const rowb = f.local('rowb', I32), j = f.local('j', I32), jend = f.local('jend', I32);
+  f.prologue.push(
+    set(colsb, i32.shl(P('cols'), i32.const(2))),
+    set(rowb, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
+  );
+  const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride, noMask) : srcF32(base, stride);
+  const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
+  const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
+  const decFn = inPlace ? -1 : reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!);
+  // decoded rows of a group: one after another in scratch (bf16 rows, 16-byte aligned)
+  const decStride = i32.and(i32.add(get(rowb), i32.const(15)), i32.const(-16));
+  f.body = [
+    set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
+    set(j, P('r0')),
+    forLt(j, jend, 1,
+      // a stored row used in place, or rows decoded into scratch
+      ...(inPlace
+        ? [set(stride, nr === 1 ? get(rowb) : i32.mul(P('qd'), get(rowb))), set(base, addp(P('w'), i32.mul(get(j), get(rowb))))]
+        : [
+          set(stride, decStride), set(base, P('scratch')),
+          ...Array.from({ length: nr }, (_, i) =>
+            drop(call(decFn, P('w'), P('s'), P('sdt'), P('rows'), P('cols'), rowOf(i), addp(get(base), i32.mul(get(stride), i32.const(i)))))),
+        ]),
+      set(t, i32.const(0)),
+      forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, MM_PERM[fmt], nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
+  ];
+  return f;
+}
+
+/** The entry mm1_<fmt>: rows [r0, r1) with args(r0) of the range, qd = rows / n; rest() runs the
+ *  rows after q groups of g one at a time (`one`). */
+function addEntry(gen: Gen, fmt: Fmt, one: Fn, n: number) {
+  const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
+  const P = (name: string) => get(f.p(name));
+  const qd = f.local('qd', I32);
+  const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
+  const rest = (q: number, g: number): Code => call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(q), i32.const(g)))));
+  return { f, P, qd, args, rest, setQd: set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(n))) };
+}
+
 export function addSingleTokenMatmul(gen: Gen, dec: Decoders): { mm1: Partial<Record<Fmt, Fn>>; panelled: Fn } {
   const mm1: Partial<Record<Fmt, Fn>> = {};
   for (const fmt of FMTS) {
     const kind = ROWS[fmt];
-    const perm = MM_PERM[fmt];
     const inPlace = kind === 'f32' || kind === 'bf16';
-    /** Rows [r0, r1) (nr = 1), or the groups of rows j + i*qd, i < nr, for j in [r0, r0 + qd). */
-    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[], noMask = false): Fn => {
-      const f = gen.fnx(`${name}_${fmt}`, nr === 1 ? MM_PARAMS : { ...MM_PARAMS, qd: I32 }, null, false);
-      const P = (n: string) => get(f.p(n));
-      const base = f.local('base', I32), stride = f.local('stride', I32), t = f.local('t', I32), colsb = f.local('colsb', I32);
-      const rowb = f.local('rowb', I32), j = f.local('j', I32), jend = f.local('jend', I32);
-      f.prologue.push(
-        set(colsb, i32.shl(P('cols'), i32.const(2))),
-        set(rowb, kind === 'f32' ? get(colsb) : i32.shl(P('cols'), i32.const(1))),
-      );
-      const src = kind === 'bf16' || kind === 'dec_bf16' ? srcBF16(gen, base, stride, noMask) : srcF32(base, stride);
-      const rowOf = (i: number): Code => (i === 0 ? get(j) : i32.add(get(j), i32.mul(P('qd'), i32.const(i))));
-      const yAt = (row: Code): Code => addp(P('y'), i32.shl(addp(i32.mul(get(t), P('rows')), row), i32.const(2)));
-      const decFn = inPlace ? -1 : reg(kind === 'dec_bf16' ? dec.mx2bf! : dec[fmt]!);
-      // decoded rows of a group: one after another in scratch (bf16 rows, 16-byte aligned)
-      const decStride = i32.and(i32.add(get(rowb), i32.const(15)), i32.const(-16));
-      f.body = [
-        set(jend, nr === 1 ? P('r1') : i32.add(P('r0'), P('qd'))),
-        set(j, P('r0')),
-        forLt(j, jend, 1,
-          // a stored row used in place, or rows decoded into scratch
-          ...(inPlace
-            ? [set(stride, nr === 1 ? get(rowb) : i32.mul(P('qd'), get(rowb))), set(base, addp(P('w'), i32.mul(get(j), get(rowb))))]
-            : [
-              set(stride, decStride), set(base, P('scratch')),
-              ...Array.from({ length: nr }, (_, i) =>
-                drop(call(decFn, P('w'), P('s'), P('sdt'), P('rows'), P('cols'), rowOf(i), addp(get(base), i32.mul(get(stride), i32.const(i)))))),
-            ]),
-          set(t, i32.const(0)),
-          forLt(t, f.p('T'), 1, ...rowsBody(gen.madd, f, perm, nr, src, addp(P('x'), i32.mul(get(t), get(colsb))), (i) => yAt(rowOf(i)), 'r_', passes))),
-      ];
-      return f;
+    const rowFn = (name: string, nr: number, passes: readonly (readonly number[])[], noMask = false): Fn => addRowFn(gen, dec, fmt, name, nr, passes, noMask);
+    const entry = (n: number): ReturnType<typeof addEntry> => {
+      const e = addEntry(gen, fmt, one, n);
+      mm1[fmt] = e.f;
+      return e;
     };
     const grouped = inPlace || kind === 'dec_bf16';
     const one = rowFn('mm1r', 1, [[0, 1, 2, 3]]);
-    /** The entry mm1_<fmt>: rows [r0, r1) with args(r0) of the range, qd = rows / n. */
-    const entry = (n: number) => {
-      const f = gen.fnx(`mm1_${fmt}`, MM_PARAMS, null, false);
-      mm1[fmt] = f;
-      const P = (name: string) => get(f.p(name));
-      const qd = f.local('qd', I32);
-      const args = (r0: Code): Code[] => [P('w'), P('s'), P('sdt'), P('rows'), P('cols'), P('x'), P('T'), P('y'), r0, P('r1'), P('scratch')];
-      /** The rows after q groups of g (rows r0 + q*g ..), one at a time. */
-      const rest = (q: number, g: number): Code => call(reg(one), ...args(i32.add(P('r0'), i32.mul(get(q), i32.const(g)))));
-      return { f, P, qd, args, rest, setQd: set(qd, i32.div_u(i32.sub(P('r1'), P('r0')), i32.const(n))) };
-    };
     if (fmt === 'int4' || fmt === 'fp8') {
       // one token, F32 or BF16 scales, whole 32-column groups: three rows at a time, decoded and
       // dotted chunk by chunk (addMm1Chunked); else (and the rows left over) one row at a time
-      const c4 = addMm1Chunked(gen, fmt);
+      const c4 = addMm1Chunked(gen, fmt, CHUNK);
       const { f, P, qd, args, rest, setQd } = entry(MM1_DEC_ROWS);
       f.body = [
         setQd,
@@ -490,7 +369,7 @@ export function addSingleTokenMatmul(gen: Gen, dec: Decoders): { mm1: Partial<Re
     // f16 rows go one at a time.
     const group = rowFn('mm1g', NRg, [[0, 1], [2, 3]]);
     // mxfp4 at T = 1 (decode): the groups of rows decoded and dotted chunk by chunk
-    const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4') : null;
+    const chunked = kind === 'dec_bf16' ? addMm1Chunked(gen, 'mxfp4', CHUNK) : null;
     const { f, P, qd, args, rest, setQd } = entry(NRg);
     const narrow = if_(i32.ge_u(get(qd), i32.const(inPlace ? MM1_MIN_DIST : 1)), [
       chunked ? if_(i32.eq(P('T'), i32.const(1)), [call(reg(chunked), ...args(P('r0')), get(qd))], [call(reg(group), ...args(P('r0')), get(qd))])

@@ -2,11 +2,11 @@
 // blocks (this is not the stored weights; docs/NUMERICS.md "Opt-in fast paths"), activations
 // quantized to 8 bits per call, integer block dots. Deterministic: every output is reduced in one
 // fixed order that depends neither on the thread count nor on T, and the Wasm kernel gives the
-// bytes of the TypeScript reference below, relaxed SIMD on or off (test/fast-trunk.test.ts).
+// bytes of the TypeScript reference below, relaxed SIMD on or off (test/kernels/fast-trunk.test.ts).
 //
 // Weights (requantizeQ7InPlace, once per piece when it is read, by the store on its thread: the
 // Wasm q7_requant at the bottom, on its own memory, in chunks of rows; requantizeQ7Ref is the
-// TypeScript definition, same bytes, test/q7-requant.test.ts): per row and block b of 32
+// TypeScript definition, same bytes, test/kernels/q7-requant.test.ts): per row and block b of 32
 // columns of bf16 values w_i,
 //   amax = max |w_i|,  d = f32(amax / 63),  id = d ? f32(1 / d) : 0,
 //   q_i = clamp(roundHalfAway(f32(w_i * id)), -63, 63),   stored byte q_i + 64 (1..127).
@@ -48,7 +48,7 @@
 // free: every variant gives the same i32 and the same bytes. Measurements: docs/TUNING.md
 // "Kernel forms: the q7 trunk dot".
 
-import { q8Bytes, quantizeBlocks, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
+import { q8Bytes, quantizeBlocks, quantizedActs, blockSum, groupWordsPos, storeBlock, simd, vbin, extmulLo, extmulHi, i16add, extaddPairS, relaxedDotAdd, relaxedDot16, dotI16, splat32, ONES16 } from './q8.js';
 import type { WeightView } from '../../formats/weight.js';
 import { type Code, Fn, I32, F32, V128, assemble, get, set, call, block, loop, br, br_if, select, i32, f32, v128, i8x16, i16x8, i32x4, f32x4, shuffle32 } from './emit.js';
 
@@ -79,7 +79,7 @@ export function q8tBytes(T: number, cols: number): number {
 
 /**
  * TypeScript reference of requantizeQ7InPlace (the definition; the Wasm q7_requant below writes
- * the same bytes, test/q7-requant.test.ts): `rows` bf16 rows of `cols` columns (a multiple of 32)
+ * the same bytes, test/kernels/q7-requant.test.ts): `rows` bf16 rows of `cols` columns (a multiple of 32)
  * at buf[0 ..) to the 'q7' layout, in place (see the top). Row r's bytes land at
  * [r*cols, (r+1)*cols), below its bf16 bytes, and the scales are kept aside until every row is
  * read, so nothing is overwritten before it is read.
@@ -134,18 +134,13 @@ export function quantizeQ8T(x: Float32Array, T: number, cols: number, out: Uint8
 export function matmulQ7Ref(w: { name: string; format: string; rows: number; cols: number; data: Uint8Array; scale?: Uint8Array }, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
   if (w.format !== 'q7') throw new TypeError(`q7 path: ${w.name} is ${w.format}, not q7`);
   const { rows, cols } = w;
-  const nb = cols / 32, G = nb & ~3;
-  const buf = new Uint8Array(q8tBytes(T, cols));
-  quantizeQ8T(x, T, cols, buf);
-  const q = new Int8Array(buf.buffer, 0, T * cols);
-  const dx = new Float32Array(buf.buffer, T * cols, T * nb);
-  const corr = new Int32Array(buf.buffer, T * cols + 4 * T * nb, T * nb);
+  const nb = cols / 32;
+  const { q, d: dx, corr } = quantizedActs(x, T, cols, q8tBytes(T, cols), Q8T_LAYOUT);
   const data = w.data;
   const sv = new DataView(w.scale!.buffer, w.scale!.byteOffset, w.scale!.byteLength);
   const l = new Float32Array(4);
   for (let r = r0; r < r1; r++) {
     for (let t = 0; t < T; t++) {
-      l.fill(0);
       const u = (b: number): number => {
         let B = 0;
         for (let c = b * 32; c < b * 32 + 32; c++) {
@@ -155,10 +150,7 @@ export function matmulQ7Ref(w: { name: string; format: string; rows: number; col
         B -= corr[t * nb + b]!;
         return fr(B * fr(dx[t * nb + b]! * sv.getFloat32(4 * (r * nb + b), true)));
       };
-      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
-      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
-      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
-      y[t * rows + r] = acc;
+      y[t * rows + r] = blockSum(nb, u, l);
     }
   }
 }
@@ -190,9 +182,11 @@ export function addQ7(fnx: FnMaker, K: ConstLocal, relaxed: boolean, minDist: nu
   return f;
 }
 
-/** The body of f: rows [r0, r1) one at a time, all T tokens (nr = 1); or (nr = 2, T = 1) rows j
- *  and j + qd side by side for j in [r0, r0 + qd). */
-function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 | 2): Fn {
+/** A row being dotted: its index, weight and scale pointers, and its lanes per token. */
+interface Row { r: number; wrow: number; srow: number; p: number; e: number; lanes: number[] }
+
+/** q7Rows' locals and constants, in the order the module numbers them. */
+function q7Locals(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 | 2) {
   const P = (n: string): Code => get(f.p(n));
   const zero = K(f, splat32(0));
   const ones = relaxed && !dotAdd ? K(f, ONES16) : -1;
@@ -208,99 +202,124 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
   const qk = per('q'), dk = per('dp'), ck = per('cp');
   const sq = per('sq'), sd = per('sd'), sc = per('sc');
   const ak = per('ak', V128), ah = per('ah', V128);
-  /** A row being dotted: its index, weight and scale pointers, and its lanes per token. */
-  interface Row { r: number; wrow: number; srow: number; p: number; e: number; lanes: number[] }
   const R: Row[] = Array.from({ length: nr }, (_, i) => ({
     r: L(`r${i}`), wrow: L(`wrow${i}`), srow: L(`srow${i}`), p: L(`p${i}`), e: L(`e${i}`),
     lanes: Array.from({ length: TTMAX }, (_, k) => L(`lanes${i}_${k}`, V128)),
   }));
-  /** i32x4 of partial sums of q_x (q_w + 64) of a tail block (weights in wl, wh; column order) for
-   *  the token at a. Relaxed: the pair sums of each half (<= 32258) widened apart, as they would
-   *  overflow i16 added. */
-  const dot = (a: number): Code => relaxed && dotAdd
-    ? relaxedDotAdd(v128.load(get(a), 16), get(wh), relaxedDotAdd(v128.load(get(a)), get(wl), get(zero)))
-    : relaxed
-    ? i32x4.add(dotI16(relaxedDot16(v128.load(get(a)), get(wl)), get(ones)), dotI16(relaxedDot16(v128.load(get(a), 16), get(wh)), get(ones)))
-    : i32x4.add(
-      extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a))), extmulHi(get(wl), v128.load(get(a))))),
-      extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 16)), extmulHi(get(wh), v128.load(get(a), 16)))));
-  /** Word vector v of a group (one word of each of its 4 blocks, groupWordsPos) dotted with the
-   *  token's vector at a + 16 v, added into its sums: relaxed, lane i of ak is block i's (the pair
-   *  sums widened by a dot with ones); plain, ak holds blocks (0, 0, 1, 1) and ah (2, 2, 3, 3). */
-  const dotWords = (k: number, x: Code, w: Code): Code[] => relaxed && dotAdd
-    ? [set(ak[k]!, relaxedDotAdd(x, w, get(ak[k]!)))]
-    : relaxed
-    ? [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(x, w), get(ones))))]
-    : [
-      set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(w, x)))),
-      set(ah[k]!, i32x4.add(get(ah[k]!), extaddPairS(extmulHi(w, x)))),
-    ];
-  /** (B_g .. B_g+3) of accumulator set k before the offset correction. */
-  const groupSums = (k: number): Code => relaxed
-    ? get(ak[k]!)
-    : i32x4.add(shuffle32(get(ak[k]!), get(ah[k]!), [0, 2, 4, 6]), shuffle32(get(ak[k]!), get(ah[k]!), [1, 3, 5, 7]));
-  const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
-  /** Tokens t .. t + TT - 1 of the rows: each weight vector is loaded once for the TT tokens. */
-  const tokens = (TT: number): Code[] => {
-    const ks = Array.from({ length: TT }, (_, k) => k);
-    return [
-      ...R.flatMap((w) => [set(w.p, get(w.wrow)), set(w.e, get(w.srow)), ...ks.map((k) => set(w.lanes[k]!, get(zero)))]),
-      ...ks.flatMap((k) => [
-        set(qk[k]!, i32.add(P('x'), i32.mul(i32.add(get(t), i32.const(k)), P('cols')))),
-        set(dk[k]!, i32.add(get(dbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
-        set(ck[k]!, i32.add(get(cbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
-      ]),
-      set(g, i32.const(0)),
-      block(loop(br_if(1, i32.ge_u(get(g), get(G))),
-        ...R.flatMap((_, i) => ks.flatMap((k) => (relaxed ? [set(ak[i * TT + k]!, get(zero))] : [set(ak[i * TT + k]!, get(zero)), set(ah[i * TT + k]!, get(zero))]))),
-        // the group's 8 word vectors in a loop of their own, each row's and token's integer sums in
-        // accumulator set i * TT + k (nr * TT <= 4); written out, V8 loaded every vector of the
-        // group first (loads keep their order, the arithmetic sinks to its use) and spilled a dozen
-        set(vo, i32.const(0)),
-        block(loop(br_if(1, i32.ge_u(get(vo), i32.const(128))),
-          ...(nr > 1
-            // (one token: its word vector shared by the rows)
-            ? [set(xw, v128.load(i32.add(get(qk[0]!), get(vo)))), ...R.flatMap((w, i) => dotWords(i * TT, get(xw), v128.load(i32.add(get(w.p), get(vo)))))]
-            : [set(wl, v128.load(i32.add(get(R[0]!.p), get(vo)))), ...ks.flatMap((k) => dotWords(k, v128.load(i32.add(get(qk[k]!), get(vo))), get(wl)))]),
-          set(vo, i32.add(get(vo), i32.const(16))), br(0))),
-        ...R.flatMap((w, i) => [
-          set(sw, v128.load(get(w.e))),
-          ...ks.flatMap((k) => [
-            // (B_g, .., B_g+3) minus the offset corrections, then u_b = f32(f32(B_b) * f32(dx_b * dw_b))
-            set(bs, i32x4.sub(groupSums(i * TT + k), v128.load(get(ck[k]!)))),
-            set(w.lanes[k]!, f32x4.add(get(w.lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(sw))))),
-          ]),
-          set(w.p, i32.add(get(w.p), i32.const(128))), set(w.e, i32.add(get(w.e), i32.const(16))),
-        ]),
-        ...ks.flatMap((k) => [
-          set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
-        ]),
-        set(g, i32.add(get(g), i32.const(4))), br(0))),
-      // the tokens' pointers at the tail blocks, for each row's tail
-      ...(nr > 1 ? ks.flatMap((k) => [set(sq[k]!, get(qk[k]!)), set(sd[k]!, get(dk[k]!)), set(sc[k]!, get(ck[k]!))]) : []),
-      ...R.flatMap((w, i) => [
-        ...(i > 0 ? ks.flatMap((k) => [set(qk[k]!, get(sq[k]!)), set(dk[k]!, get(sd[k]!)), set(ck[k]!, get(sc[k]!))]) : []),
-        ...ks.flatMap((k) => [
-          set(acc, f32.add(f32.add(fl(get(w.lanes[k]!), 0), fl(get(w.lanes[k]!), 1)), f32.add(fl(get(w.lanes[k]!), 2), fl(get(w.lanes[k]!), 3)))),
-          // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
-          set(g2, get(g)), set(p2, get(w.p)), set(e2, get(w.e)),
-          block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
-            set(wl, v128.load(get(p2))), set(wh, v128.load(get(p2), 16)),
-            set(bs, dot(qk[k]!)),
-            set(u, f32.mul(f32.convert_i32_s(
-              i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
-                i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
-            f32.mul(f32.load(get(dk[k]!)), f32.load(get(e2))))),
-            set(acc, f32.add(get(acc), get(u))),
-            set(p2, i32.add(get(p2), i32.const(32))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
-            set(e2, i32.add(get(e2), i32.const(4))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
-            set(g2, i32.add(get(g2), i32.const(1))), br(0))),
-          f32.store(i32.add(P('y'), i32.shl(i32.add(i32.mul(i32.add(get(t), i32.const(k)), P('rows')), get(w.r)), i32.const(2))), get(acc)),
-        ]),
-      ]),
-    ];
-  };
   const j = L('j'), jend = L('jend');
+  return { f, P, relaxed, dotAdd, nr, zero, ones, t, nb, G, g, dbase, cbase, g2, p2, e2, acc, u, wl, wh, bs, sw, vo, xw, qk, dk, ck, sq, sd, sc, ak, ah, R, j, jend };
+}
+type Q7 = ReturnType<typeof q7Locals>;
+
+/** i32x4 of partial sums of q_x (q_w + 64) of a tail block (weights in wl, wh) for the token at a.
+ *  Relaxed: the pair sums of each half (<= 32258) widened apart (added, they would overflow i16). */
+function q7Dot(c: Q7, a: number): Code {
+  const { wl, wh, ones } = c;
+  if (c.relaxed && c.dotAdd) return relaxedDotAdd(v128.load(get(a), 16), get(wh), relaxedDotAdd(v128.load(get(a)), get(wl), get(c.zero)));
+  if (c.relaxed) return i32x4.add(dotI16(relaxedDot16(v128.load(get(a)), get(wl)), get(ones)), dotI16(relaxedDot16(v128.load(get(a), 16), get(wh)), get(ones)));
+  return i32x4.add(
+    extaddPairS(i16add(extmulLo(get(wl), v128.load(get(a))), extmulHi(get(wl), v128.load(get(a))))),
+    extaddPairS(i16add(extmulLo(get(wh), v128.load(get(a), 16)), extmulHi(get(wh), v128.load(get(a), 16)))));
+}
+
+/** Word vector v of a group (a word of each of its 4 blocks, groupWordsPos) dotted with the token's
+ *  at a + 16 v, into its sums: relaxed, lane i of ak is block i's; plain, ak (0, 0, 1, 1), ah (2, 2, 3, 3). */
+function dotWords(c: Q7, k: number, x: Code, w: Code): Code[] {
+  const { ak, ah } = c;
+  if (c.relaxed && c.dotAdd) return [set(ak[k]!, relaxedDotAdd(x, w, get(ak[k]!)))];
+  if (c.relaxed) return [set(ak[k]!, i32x4.add(get(ak[k]!), dotI16(relaxedDot16(x, w), get(c.ones))))];
+  return [
+    set(ak[k]!, i32x4.add(get(ak[k]!), extaddPairS(extmulLo(w, x)))),
+    set(ah[k]!, i32x4.add(get(ah[k]!), extaddPairS(extmulHi(w, x)))),
+  ];
+}
+
+/** (B_g .. B_g+3) of accumulator set k before the offset correction. */
+const groupSums = (c: Q7, k: number): Code => c.relaxed ? get(c.ak[k]!) : i32x4.add(shuffle32(get(c.ak[k]!), get(c.ah[k]!), [0, 2, 4, 6]), shuffle32(get(c.ak[k]!), get(c.ah[k]!), [1, 3, 5, 7]));
+const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
+
+/** The whole groups of tokens ks of the rows: each weight vector loaded once for the tokens. */
+function q7Groups(c: Q7, ks: readonly number[]): Code[] {
+  const { R, nr, qk, dk, ck, ak, ah, vo, xw, wl, bs, g } = c;
+  const TT = ks.length;
+  return [
+    set(g, i32.const(0)),
+    block(loop(br_if(1, i32.ge_u(get(g), get(c.G))),
+      ...R.flatMap((_, i) => ks.flatMap((k) => (c.relaxed ? [set(ak[i * TT + k]!, get(c.zero))] : [set(ak[i * TT + k]!, get(c.zero)), set(ah[i * TT + k]!, get(c.zero))]))),
+      // the group's 8 word vectors in a loop of their own, each row's and token's integer sums in
+      // accumulator set i * TT + k (nr * TT <= 4); written out, V8 loaded every vector of the
+      // group first (loads keep their order, the arithmetic sinks to its use) and spilled a dozen
+      set(vo, i32.const(0)),
+      block(loop(br_if(1, i32.ge_u(get(vo), i32.const(128))),
+        ...(nr > 1
+          // (one token: its word vector shared by the rows)
+          ? [set(xw, v128.load(i32.add(get(qk[0]!), get(vo)))), ...R.flatMap((w, i) => dotWords(c, i * TT, get(xw), v128.load(i32.add(get(w.p), get(vo)))))]
+          : [set(wl, v128.load(i32.add(get(R[0]!.p), get(vo)))), ...ks.flatMap((k) => dotWords(c, k, v128.load(i32.add(get(qk[k]!), get(vo))), get(wl)))]),
+        set(vo, i32.add(get(vo), i32.const(16))), br(0))),
+      ...R.flatMap((w, i) => [
+        set(c.sw, v128.load(get(w.e))),
+        ...ks.flatMap((k) => [
+          // (B_g, .., B_g+3) minus the offset corrections, then u_b = f32(f32(B_b) * f32(dx_b * dw_b))
+          set(bs, i32x4.sub(groupSums(c, i * TT + k), v128.load(get(ck[k]!)))),
+          set(w.lanes[k]!, f32x4.add(get(w.lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(c.sw))))),
+        ]),
+        set(w.p, i32.add(get(w.p), i32.const(128))), set(w.e, i32.add(get(w.e), i32.const(16))),
+      ]),
+      ...ks.flatMap((k) => [
+        set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
+      ]),
+      set(g, i32.add(get(g), i32.const(4))), br(0))),
+  ];
+}
+
+/** Row w's sum for token k: its lanes, then its tail blocks ascending, stored. */
+function q7Tail(c: Q7, w: Row, k: number): Code[] {
+  const { P, qk, dk, ck, acc, u, g2, p2, e2, bs } = c;
+  return [
+    set(acc, f32.add(f32.add(fl(get(w.lanes[k]!), 0), fl(get(w.lanes[k]!), 1)), f32.add(fl(get(w.lanes[k]!), 2), fl(get(w.lanes[k]!), 3)))),
+    // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
+    set(g2, get(c.g)), set(p2, get(w.p)), set(e2, get(w.e)),
+    block(loop(br_if(1, i32.ge_u(get(g2), get(c.nb))),
+      set(c.wl, v128.load(get(p2))), set(c.wh, v128.load(get(p2), 16)),
+      set(bs, q7Dot(c, qk[k]!)),
+      set(u, f32.mul(f32.convert_i32_s(
+        i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
+          i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
+      f32.mul(f32.load(get(dk[k]!)), f32.load(get(e2))))),
+      set(acc, f32.add(get(acc), get(u))),
+      set(p2, i32.add(get(p2), i32.const(32))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
+      set(e2, i32.add(get(e2), i32.const(4))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
+      set(g2, i32.add(get(g2), i32.const(1))), br(0))),
+    f32.store(i32.add(P('y'), i32.shl(i32.add(i32.mul(i32.add(get(c.t), i32.const(k)), P('rows')), get(w.r)), i32.const(2))), get(acc)),
+  ];
+}
+
+/** Tokens t .. t + TT - 1 of the rows. */
+function q7Tokens(c: Q7, TT: number): Code[] {
+  const { P, R, t, qk, dk, ck, sq, sd, sc } = c;
+  const ks = Array.from({ length: TT }, (_, k) => k);
+  return [
+    ...R.flatMap((w) => [set(w.p, get(w.wrow)), set(w.e, get(w.srow)), ...ks.map((k) => set(w.lanes[k]!, get(c.zero)))]),
+    ...ks.flatMap((k) => [
+      set(qk[k]!, i32.add(P('x'), i32.mul(i32.add(get(t), i32.const(k)), P('cols')))),
+      set(dk[k]!, i32.add(get(c.dbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(c.nb)), i32.const(2)))),
+      set(ck[k]!, i32.add(get(c.cbase), i32.shl(i32.mul(i32.add(get(t), i32.const(k)), get(c.nb)), i32.const(2)))),
+    ]),
+    ...q7Groups(c, ks),
+    // the tokens' pointers at the tail blocks, for each row's tail
+    ...(c.nr > 1 ? ks.flatMap((k) => [set(sq[k]!, get(qk[k]!)), set(sd[k]!, get(dk[k]!)), set(sc[k]!, get(ck[k]!))]) : []),
+    ...R.flatMap((w, i) => [
+      ...(i > 0 ? ks.flatMap((k) => [set(qk[k]!, get(sq[k]!)), set(dk[k]!, get(sd[k]!)), set(ck[k]!, get(sc[k]!))]) : []),
+      ...ks.flatMap((k) => q7Tail(c, w, k)),
+    ]),
+  ];
+}
+
+/** The body of f: rows [r0, r1) one at a time, all T tokens (nr = 1); or (nr = 2, T = 1) rows j
+ *  and j + qd side by side for j in [r0, r0 + qd). */
+function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 | 2): Fn {
+  const c = q7Locals(f, K, relaxed, dotAdd, nr);
+  const { P, R, t, nb, G, dbase, cbase, j, jend } = c;
   const rowPtrs = (w: Row, r: Code): Code[] => [
     set(w.r, r),
     set(w.wrow, i32.add(P('w'), i32.mul(get(w.r), P('cols')))),
@@ -317,7 +336,7 @@ function q7Rows(f: Fn, K: ConstLocal, relaxed: boolean, dotAdd: boolean, nr: 1 |
       ...R.flatMap((w, i) => rowPtrs(w, i === 0 ? get(j) : i32.add(get(j), P('qd')))),
       set(t, i32.const(0)),
       ...(nr === 1 ? [4, 2, 1] : [1]).map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
-        ...tokens(TT),
+        ...q7Tokens(c, TT),
         set(t, i32.add(get(t), i32.const(TT))), br(0)))),
       set(j, i32.add(get(j), i32.const(1))), br(0))),
   ];

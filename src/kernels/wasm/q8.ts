@@ -3,7 +3,7 @@
 // path: it rounds the activations, so its cost is measured (mean KL of next-token distributions
 // against the default, `k3 bench --fast-experts`). It is still deterministic: every output is
 // reduced in one fixed order that depends neither on the thread count nor on T, and the Wasm
-// kernel gives the bytes of the TypeScript reference below (test/fast-experts.test.ts).
+// kernel gives the bytes of the TypeScript reference below (test/kernels/fast-experts.test.ts).
 //
 // Activations (quantizeQ8, the TypeScript definition, once per call and token; the Kernels class
 // runs q8_act, its Wasm twin at the bottom, which writes the same bytes): per token and block b of
@@ -133,20 +133,35 @@ export function quantizeQ8(x: Float32Array, T: number, cols: number, out: Uint8A
   quantizeBlocks(x, T, cols, out, Q8_LAYOUT);
 }
 
+/** x [T, cols] quantized as quantizeBlocks lays it out (`bytes` long, layout o): the int8 values,
+ *  each block's f32 scale and its i32 correction, as the references of the 8-bit kernels read them. */
+export function quantizedActs(x: Float32Array, T: number, cols: number, bytes: number, o: { order: Q8Order; scaleMul: number; offset: number }) {
+  const buf = new Uint8Array(bytes), nb = cols / 32;
+  quantizeBlocks(x, T, cols, buf, o);
+  return { q: new Int8Array(buf.buffer, 0, T * cols), d: new Float32Array(buf.buffer, T * cols, T * nb), corr: new Int32Array(buf.buffer, T * cols + 4 * T * nb, T * nb) };
+}
+
+/** A row's sum of its nb block products u(b), as the 8-bit kernels add them: the blocks of whole
+ *  groups of 4 in 4 lanes (l, scratch), the lanes' fixed combine, then the other blocks in order. */
+export function blockSum(nb: number, u: (b: number) => number, l: Float32Array): number {
+  const G = nb & ~3;
+  l.fill(0);
+  for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
+  let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
+  for (let b = G; b < nb; b++) acc = fr(acc + u(b));
+  return acc;
+}
+
 /** TypeScript reference of mmq8_mxfp4: y[t*rows + r] for t < T, r in [r0, r1) (see the top). */
 export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float32Array, r0 = 0, r1 = w.rows): void {
   if (w.format !== 'mxfp4') throw new TypeError(`q8 path: ${w.name} is ${w.format}, not mxfp4`);
   const { rows, cols } = w;
-  const nb = cols / 32, G = nb & ~3;
-  const buf = new Uint8Array(q8Bytes(T, cols));
-  quantizeQ8(x, T, cols, buf);
-  const q = new Int8Array(buf.buffer, 0, T * cols);
-  const dh = new Float32Array(buf.buffer, T * cols, T * nb);
+  const nb = cols / 32;
+  const { q, d: dh } = quantizedActs(x, T, cols, q8Bytes(T, cols), Q8_LAYOUT);
   const data = w.data, sc = w.scale!;
   const l = new Float32Array(4);
   for (let r = r0; r < r1; r++) {
     for (let t = 0; t < T; t++) {
-      l.fill(0);
       const u = (b: number): number => {
         const wp = (r * cols) / 2 + b * 16, xp = t * cols + b * 32;
         let B = 0;
@@ -156,10 +171,7 @@ export function matmulQ8Ref(w: WeightView, x: Float32Array, T: number, y: Float3
         }
         return fr(B * fr(dh[t * nb + b]! * e8m0ToF32(sc[r * nb + b]!)));
       };
-      for (let b = 0; b < G; b++) l[b & 3] = l[b & 3]! + u(b);
-      let acc = fr(fr(l[0]! + l[1]!) + fr(l[2]! + l[3]!));
-      for (let b = G; b < nb; b++) acc = fr(acc + u(b));
-      y[t * rows + r] = acc;
+      y[t * rows + r] = blockSum(nb, u, l);
     }
   }
 }
@@ -185,11 +197,8 @@ export const splat32 = (n: number): Uint8Array => new Uint8Array(new Int32Array(
 /** i16x8 ones: the second operand of i32x4.dot_i16x8_s that widens pair sums. */
 export const ONES16 = new Uint8Array(new Int16Array(8).fill(1).buffer);
 
-/**
- * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
- * quantizeQ8's output for T tokens. (sdt and scratch unused.)
- */
-export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boolean): Fn {
+/** The kernel's locals and constants, in the order the module numbers them (addQ8). */
+function q8Locals(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boolean) {
   const f = fnx('mmq8_mxfp4', { w: I32, s: I32, sdt: I32, rows: I32, cols: I32, x: I32, T: I32, y: I32, r0: I32, r1: I32, scratch: I32 }, null, false);
   const P = (n: string): Code => get(f.p(n));
   const swz = relaxed ? i8x16.relaxed_swizzle : i8x16.swizzle;
@@ -206,79 +215,109 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boo
   const qk = per('q'), dk = per('dp'), ck = per('cp'), lanes = per('lanes', V128);
   const bk = Array.from({ length: TTMAX }, (_, k) => [0, 1, 2, 3].map((j) => L(`b${k}_${j}`, V128)));
   const u01 = per('u01', V128), u23 = per('u23', V128);
-  /** Decode weight block j of the group at p into lo, hi (n + 12 of the even / odd columns). */
-  const decode = (j: number): Code[] => [
-    set(wv, v128.load(get(p), 16 * j)),
-    set(lo, swz(get(tbl), v128.and(get(wv), get(m0f)))),
-    set(hi, swz(get(tbl), i8x16.shr_u(get(wv), i32.const(4)))),
-  ];
-  /** i32x4 of partial sums of q (n + 12) of the decoded block against token activations at a + 32 j. */
-  const dot = (a: number, j: number): Code => relaxed && dotAdd
-    ? relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(hi), relaxedDotAdd(v128.load(get(a), 32 * j), get(lo), get(zero)))
-    : relaxed
-    ? dotI16(i16add(relaxedDot16(v128.load(get(a), 32 * j), get(lo)), relaxedDot16(v128.load(get(a), 32 * j + 16), get(hi))), get(ones))
-    : extaddPairS(i16add(
-      i16add(extmulLo(get(lo), v128.load(get(a), 32 * j)), extmulHi(get(lo), v128.load(get(a), 32 * j))),
-      i16add(extmulLo(get(hi), v128.load(get(a), 32 * j + 16)), extmulHi(get(hi), v128.load(get(a), 32 * j + 16)))));
-  /** pow(e) of the i32x4 of scale bytes in ev: e<<23, e = 0 -> 2^-127 (0x400000), e = 255 -> 0. */
-  const powOf = (): Code => v128.andnot(
-    v128.or(i32x4.shl(get(ev), i32.const(23)), v128.and(i32x4.eq(get(ev), get(zero)), get(sub))),
-    i32x4.eq(get(ev), get(k255)));
-  const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
-  const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
-  /** Tokens t .. t + TT - 1 of row r: the weight blocks are decoded once for the TT tokens. */
-  const tokens = (TT: number): Code[] => {
-    const ks = Array.from({ length: TT }, (_, k) => k);
-    return [
-      set(p, get(wrow)), set(e, get(srow)),
-      ...ks.flatMap((k) => [
-        set(qk[k]!, i32.add(P('x'), i32mul(i32.add(get(t), i32.const(k)), P('cols')))),
-        set(dk[k]!, i32.add(get(dbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
-        set(ck[k]!, i32.add(get(cbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(nb)), i32.const(2)))),
-        set(lanes[k]!, get(zero)),
-      ]),
-      set(g, i32.const(0)),
-      block(loop(br_if(1, i32.ge_u(get(g), get(G))),
-        ...decode(0), ...ks.map((k) => set(bk[k]![0]!, dot(qk[k]!, 0))),
-        ...decode(1), ...ks.map((k) => set(bk[k]![1]!, dot(qk[k]!, 1))),
-        ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
-        ...decode(2), ...ks.map((k) => set(bk[k]![2]!, dot(qk[k]!, 2))),
-        ...decode(3), ...ks.map((k) => set(bk[k]![3]!, dot(qk[k]!, 3))),
-        ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
-        set(ev, i32x4.extend_low_i16x8_u(i16x8.extend_low_i8x16_u(v128.load32_splat(get(e))))),
-        set(pw, powOf()),
-        ...ks.flatMap((k) => [
-          // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
-          set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
-          set(lanes[k]!, f32x4.add(get(lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(pw))))),
-          set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
-        ]),
-        set(p, i32.add(get(p), i32.const(64))), set(e, i32.add(get(e), i32.const(4))),
-        set(g, i32.add(get(g), i32.const(4))), br(0))),
-      ...ks.flatMap((k) => [
-        set(acc, f32.add(f32.add(fl(get(lanes[k]!), 0), fl(get(lanes[k]!), 1)), f32.add(fl(get(lanes[k]!), 2), fl(get(lanes[k]!), 3)))),
-        // tail blocks, ascending (pointers of this token; p, e from the end of the groups)
-        set(g2, get(g)), set(p2, get(p)), set(e2, get(e)),
-        block(loop(br_if(1, i32.ge_u(get(g2), get(nb))),
-          set(wv, v128.load(get(p2))),
-          set(lo, swz(get(tbl), v128.and(get(wv), get(m0f)))),
-          set(hi, swz(get(tbl), i8x16.shr_u(get(wv), i32.const(4)))),
-          set(bs, dot(qk[k]!, 0)),
-          set(ev, i32x4.splat(i32.load8_u(get(e2)))),
-          set(pw, powOf()),
-          set(u, f32.mul(f32.convert_i32_s(
-            i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
-              i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
-          fl(f32x4.mul(v128.load32_splat(get(dk[k]!)), get(pw)), 0))),
-          set(acc, f32.add(get(acc), get(u))),
-          set(p2, i32.add(get(p2), i32.const(16))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
-          set(e2, i32.add(get(e2), i32.const(1))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
-          set(g2, i32.add(get(g2), i32.const(1))), br(0))),
-        f32.store(i32.add(P('y'), i32.shl(i32.add(i32mul(i32.add(get(t), i32.const(k)), P('rows')), get(r)), i32.const(2))), get(acc)),
-      ]),
-    ];
-  };
   const g2 = L('g2'), p2 = L('p2'), e2 = L('e2');
+  return { f, P, relaxed, dotAdd, swz, tbl, m0f, zero, k255, sub, ones, r, t, nb, G, wrow, srow, p, e, g, dbase, cbase, acc, u, wv, lo, hi, ev, pw, bs, qk, dk, ck, lanes, bk, u01, u23, g2, p2, e2 };
+}
+type Q = ReturnType<typeof q8Locals>;
+
+/** Decode weight block j of the group at p into lo, hi (n + 12 of the even / odd columns). */
+const q8Decode = (c: Q, j: number): Code[] => [
+  set(c.wv, v128.load(get(c.p), 16 * j)),
+  set(c.lo, c.swz(get(c.tbl), v128.and(get(c.wv), get(c.m0f)))),
+  set(c.hi, c.swz(get(c.tbl), i8x16.shr_u(get(c.wv), i32.const(4)))),
+];
+
+/** i32x4 of partial sums of q (n + 12) of the decoded block against token activations at a + 32 j. */
+function q8Dot(c: Q, a: number, j: number): Code {
+  const { lo, hi } = c;
+  if (c.relaxed && c.dotAdd) return relaxedDotAdd(v128.load(get(a), 32 * j + 16), get(hi), relaxedDotAdd(v128.load(get(a), 32 * j), get(lo), get(c.zero)));
+  if (c.relaxed) return dotI16(i16add(relaxedDot16(v128.load(get(a), 32 * j), get(lo)), relaxedDot16(v128.load(get(a), 32 * j + 16), get(hi))), get(c.ones));
+  return extaddPairS(i16add(
+    i16add(extmulLo(get(lo), v128.load(get(a), 32 * j)), extmulHi(get(lo), v128.load(get(a), 32 * j))),
+    i16add(extmulLo(get(hi), v128.load(get(a), 32 * j + 16)), extmulHi(get(hi), v128.load(get(a), 32 * j + 16)))));
+}
+
+/** pow(e) of the i32x4 of scale bytes in ev: e<<23, e = 0 -> 2^-127 (0x400000), e = 255 -> 0. */
+const powOf = (c: Q): Code => v128.andnot(
+  v128.or(i32x4.shl(get(c.ev), i32.const(23)), v128.and(i32x4.eq(get(c.ev), get(c.zero)), get(c.sub))),
+  i32x4.eq(get(c.ev), get(c.k255)));
+const fl = (v: Code, l: number): Code => f32x4.extract_lane(v, l);
+const pair = (a: number, b: number): Code => i32x4.add(shuffle32(get(a), get(b), [0, 4, 1, 5]), shuffle32(get(a), get(b), [2, 6, 3, 7]));
+
+/** Whole groups of 4 blocks of tokens ks of row r: the weight blocks decoded once for the tokens. */
+function q8Groups(c: Q, ks: readonly number[]): Code[] {
+  const { qk, dk, ck, bk, u01, u23, lanes, ev, pw, bs, g } = c;
+  return [
+    set(g, i32.const(0)),
+    block(loop(br_if(1, i32.ge_u(get(g), get(c.G))),
+      ...q8Decode(c, 0), ...ks.map((k) => set(bk[k]![0]!, q8Dot(c, qk[k]!, 0))),
+      ...q8Decode(c, 1), ...ks.map((k) => set(bk[k]![1]!, q8Dot(c, qk[k]!, 1))),
+      ...ks.map((k) => set(u01[k]!, pair(bk[k]![0]!, bk[k]![1]!))),
+      ...q8Decode(c, 2), ...ks.map((k) => set(bk[k]![2]!, q8Dot(c, qk[k]!, 2))),
+      ...q8Decode(c, 3), ...ks.map((k) => set(bk[k]![3]!, q8Dot(c, qk[k]!, 3))),
+      ...ks.map((k) => set(u23[k]!, pair(bk[k]![2]!, bk[k]![3]!))),
+      set(ev, i32x4.extend_low_i16x8_u(i16x8.extend_low_i8x16_u(v128.load32_splat(get(c.e))))),
+      set(pw, powOf(c)),
+      ...ks.flatMap((k) => [
+        // (B_g, .., B_g+3) = both pair sums, minus the offset corrections
+        set(bs, i32x4.sub(i32x4.add(shuffle32(get(u01[k]!), get(u23[k]!), [0, 1, 4, 5]), shuffle32(get(u01[k]!), get(u23[k]!), [2, 3, 6, 7])), v128.load(get(ck[k]!)))),
+        set(lanes[k]!, f32x4.add(get(lanes[k]!), f32x4.mul(f32x4.convert_i32x4_s(get(bs)), f32x4.mul(v128.load(get(dk[k]!)), get(pw))))),
+        set(qk[k]!, i32.add(get(qk[k]!), i32.const(128))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(16))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(16))),
+      ]),
+      set(c.p, i32.add(get(c.p), i32.const(64))), set(c.e, i32.add(get(c.e), i32.const(4))),
+      set(g, i32.add(get(g), i32.const(4))), br(0))),
+  ];
+}
+
+/** Token k's sum: its lanes, then the tail blocks ascending (p, e from the end of the groups), stored. */
+function q8Tail(c: Q, k: number): Code[] {
+  const { P, qk, dk, ck, lanes, acc, u, g2, p2, e2, wv, lo, hi, bs, ev, pw } = c;
+  return [
+    set(acc, f32.add(f32.add(fl(get(lanes[k]!), 0), fl(get(lanes[k]!), 1)), f32.add(fl(get(lanes[k]!), 2), fl(get(lanes[k]!), 3)))),
+    set(g2, get(c.g)), set(p2, get(c.p)), set(e2, get(c.e)),
+    block(loop(br_if(1, i32.ge_u(get(g2), get(c.nb))),
+      set(wv, v128.load(get(p2))),
+      set(lo, c.swz(get(c.tbl), v128.and(get(wv), get(c.m0f)))),
+      set(hi, c.swz(get(c.tbl), i8x16.shr_u(get(wv), i32.const(4)))),
+      set(bs, q8Dot(c, qk[k]!, 0)),
+      set(ev, i32x4.splat(i32.load8_u(get(e2)))),
+      set(pw, powOf(c)),
+      set(u, f32.mul(f32.convert_i32_s(
+        i32.sub(i32.add(i32.add(i32x4.extract_lane(get(bs), 0), i32x4.extract_lane(get(bs), 1)),
+          i32.add(i32x4.extract_lane(get(bs), 2), i32x4.extract_lane(get(bs), 3))), i32.load(get(ck[k]!)))),
+      fl(f32x4.mul(v128.load32_splat(get(dk[k]!)), get(pw)), 0))),
+      set(acc, f32.add(get(acc), get(u))),
+      set(p2, i32.add(get(p2), i32.const(16))), set(qk[k]!, i32.add(get(qk[k]!), i32.const(32))),
+      set(e2, i32.add(get(e2), i32.const(1))), set(dk[k]!, i32.add(get(dk[k]!), i32.const(4))), set(ck[k]!, i32.add(get(ck[k]!), i32.const(4))),
+      set(g2, i32.add(get(g2), i32.const(1))), br(0))),
+    f32.store(i32.add(P('y'), i32.shl(i32.add(i32mul(i32.add(get(c.t), i32.const(k)), P('rows')), get(c.r)), i32.const(2))), get(acc)),
+  ];
+}
+
+/** Tokens t .. t + TT - 1 of row r. */
+function q8Tokens(c: Q, TT: number): Code[] {
+  const { P, t, qk, dk, ck, lanes } = c;
+  const ks = Array.from({ length: TT }, (_, k) => k);
+  return [
+    set(c.p, get(c.wrow)), set(c.e, get(c.srow)),
+    ...ks.flatMap((k) => [
+      set(qk[k]!, i32.add(P('x'), i32mul(i32.add(get(t), i32.const(k)), P('cols')))),
+      set(dk[k]!, i32.add(get(c.dbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(c.nb)), i32.const(2)))),
+      set(ck[k]!, i32.add(get(c.cbase), i32.shl(i32mul(i32.add(get(t), i32.const(k)), get(c.nb)), i32.const(2)))),
+      set(lanes[k]!, get(c.zero)),
+    ]),
+    ...q8Groups(c, ks),
+    ...ks.flatMap((k) => q8Tail(c, k)),
+  ];
+}
+
+/**
+ * mmq8_mxfp4(w, s, sdt, rows, cols, x, T, y, r0, r1, scratch): the MM_PARAMS signature; x is
+ * quantizeQ8's output for T tokens. (sdt and scratch unused.)
+ */
+export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boolean): Fn {
+  const c = q8Locals(fnx, K, relaxed, dotAdd);
+  const { f, P, r, t, nb, G, dbase, cbase, wrow, srow } = c;
   f.body = [
     set(nb, i32.shr_u(P('cols'), i32.const(5))),
     set(G, i32.and(get(nb), i32.const(-4))),
@@ -290,7 +329,7 @@ export function addQ8(fnx: FnMaker, K: ConstLocal, relaxed: boolean, dotAdd: boo
       set(srow, i32.add(P('s'), i32mul(get(r), get(nb)))),
       set(t, i32.const(0)),
       ...[4, 2, 1].map((TT) => block(loop(br_if(1, i32.gt_u(i32.add(get(t), i32.const(TT)), P('T'))),
-        ...tokens(TT),
+        ...q8Tokens(c, TT),
         set(t, i32.add(get(t), i32.const(TT))), br(0)))),
       set(r, i32.add(get(r), i32.const(1))), br(0))),
   ];
@@ -313,7 +352,7 @@ export function storeBlock(qp: number, bi: number, G: number, qa: number, qb: nu
 
 /**
  * q8_act(x, out, T, cols, order, scaleBits, offset): the bytes quantizeBlocks writes (the
- * TypeScript reference above, which stays the definition; test/q8-act.test.ts compares them byte
+ * TypeScript reference above, which stays the definition; test/kernels/q8-act.test.ts compares them byte
  * for byte), `scaleMul` given as its f32 bits, `order` an ORDER_CODE. x [T, cols] and the output are
  * contiguous, so the T * nb blocks are one run. Per block, quantizeBlocks' operations, each giving
  * the same value:
