@@ -9,13 +9,15 @@ import stylistic from '@stylistic/eslint-plugin';
 import tsParser from '@typescript-eslint/parser';
 
 // Layers of src/, top to bottom: a folder imports its own files and layers below it, never one
-// above (synth and generate sit side by side, as do tokenizer and model). Outside src/kernels the
-// kernels are reached only through kernels/dispatch.ts (the model's Compute) and kernels/fast.ts.
+// above (synth and generate sit side by side, as do tokenizer and model). The graph is the seam
+// between the model and the kernels: the model calls graph/compute.ts and never a kernel, and only
+// the graph reaches into the kernels' parts; the store, checkpoint and api use kernels/fast.ts.
 // The faces (cli, server) go through the library: they import api and util only (and the CLI the
 // server it starts), so what a command needs below the library is named in src/api.
 // Import cycles and orphan files are checked by test/imports.test.ts.
-const LAYERS = ['cli', 'server', 'api', 'synth', 'generate', 'tokenizer', 'model', 'store', 'checkpoint', 'kernels', 'formats', 'util'];
+const LAYERS = ['cli', 'server', 'api', 'synth', 'generate', 'tokenizer', 'model', 'graph', 'store', 'checkpoint', 'kernels', 'formats', 'util'];
 const PEERS = { synth: ['generate'], generate: ['synth'], tokenizer: ['model'], model: ['tokenizer'] };
+const ABOVE_GRAPH = ['synth', 'generate', 'tokenizer', 'model'];
 const FACES = { cli: ['server', 'api', 'util'], server: ['api', 'util'] };
 const layerRules = LAYERS.map((layer, i) => {
   const above = FACES[layer] ? LAYERS.filter((l) => l !== layer && !FACES[layer].includes(l)) : [...LAYERS.slice(0, i), ...(PEERS[layer] ?? [])];
@@ -25,8 +27,10 @@ const layerRules = LAYERS.map((layer, i) => {
     const may = FACES[layer] ? `src/${layer} is a face and may import only ${below.join(', ')} (name what it needs in src/api)` : `src/${layer} may import only layers below it (${below.join(', ') || 'none'})`;
     patterns.push({ regex: `^(\\.\\./)+(${above.join('|')})/`, message: `${may}: see the layer list in eslint.config.js.` });
   }
-  if (layer !== 'kernels') {
-    patterns.push({ regex: '^(\\.\\./)+kernels/(?!(dispatch|fast)\\.js$)', message: 'outside src/kernels, reach the kernels through kernels/dispatch.ts (or the option types of kernels/fast.ts).' });
+  if (ABOVE_GRAPH.includes(layer)) {
+    patterns.push({ regex: '^(\\.\\./)+kernels/', message: `src/${layer} reaches the kernels through src/graph (graph/compute.ts), never directly.` });
+  } else if (layer !== 'kernels' && layer !== 'graph') {
+    patterns.push({ regex: '^(\\.\\./)+kernels/(?!fast\\.js$)', message: 'outside src/kernels and src/graph, reach the kernels through kernels/fast.ts.' });
   }
   return { files: [`src/${layer}/**/*.ts`], rules: { 'no-restricted-imports': ['error', { patterns }] } };
 });

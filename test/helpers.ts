@@ -9,7 +9,7 @@ import type { ModelConfig } from '../src/checkpoint/config.js';
 import { WeightStore, type ByteReader } from '../src/store/store.js';
 import { buildLayout } from '../src/store/layout.js';
 import { stateSize } from '../src/model/state.js';
-import { KERNEL_PIECES } from '../src/model/pieces.js';
+import { KERNEL_PIECES } from '../src/graph/pieces.js';
 
 /** Repository root (tests run from dist/test/). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');

@@ -8,7 +8,7 @@ export { checkTensorsMatchConfig } from '../checkpoint/expect.js';
 export type { TensorEntry } from '../checkpoint/safetensors.js';
 export { assumedExperts, configAndIndex } from '../checkpoint/virtual.js';
 export type { WeightFormat } from '../formats/weight.js';
-export { KernelProfile, PROFILE_BUCKETS, maddHint, type ProfileBucket } from '../kernels/dispatch.js';
+export { KernelProfile, PROFILE_BUCKETS, maddHint, type ProfileBucket } from '../graph/compute.js';
 export { Model } from '../model/model.js';
 export { stateSize } from '../model/state.js';
 export { knownRanges } from '../store/checksums.js';

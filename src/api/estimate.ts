@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { WeightFormat, WeightView } from '../formats/weight.js';
-import { KernelGroup } from '../kernels/dispatch.js';
+import { KernelGroup } from '../graph/compute.js';
 import { q7Bytes, q7View, requantizeQ7InPlace, type Kernels } from '../kernels/fast.js';
 import type { Layout } from '../store/layout.js';
 import type { Plan } from '../store/plan.js';

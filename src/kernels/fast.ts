@@ -40,6 +40,7 @@ import { timedCall, timedRun, type KernelProfile, type ProfileBucket } from './p
 
 export type { KdaBlockArgs } from './wasm/kda-block.js';
 export { threadScratchBytes, type GatedMlpOp, type KernelsOptions, type MatmulOp, type Region } from './options.js';
+export { PER_MEMORY, kernelMembers } from './memory.js';
 
 const PAGE = 65536;
 // Node 20 allows 4 GiB (65536 pages) per memory; one page less keeps every end pointer the

@@ -3,7 +3,7 @@
 
 import type { WeightView } from '../formats/weight.js';
 import { align, type Region } from './options.js';
-import { formatMiB } from '../util/format.js';
+import { GiB, formatMiB } from '../util/format.js';
 
 const PAGE = 65536;
 
@@ -104,4 +104,12 @@ export class KernelMemory {
     r.u8.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
     return r.offset;
   }
+}
+
+/** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
+export const PER_MEMORY = Math.floor(3.75 * GiB);
+
+/** Kernel instances (each with its own memory and threads) a group makes for `weightBytes`. */
+export function kernelMembers(weightBytes: number): number {
+  return Math.max(1, Math.ceil(weightBytes / PER_MEMORY));
 }

@@ -3,7 +3,7 @@
 // RMS-normalized (no weight), scored against fold = norm_w ⊙ proj_w; values are the RAW candidates.
 // Per token, across depth only: nothing is carried across positions.
 
-import { depthSoftmax, type Compute } from '../kernels/dispatch.js';
+import { depthSoftmax, type Compute } from '../graph/compute.js';
 
 const fr = Math.fround;
 

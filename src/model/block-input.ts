@@ -4,7 +4,7 @@
 // block's last product and this block's first, issue 13); any other calls blockInput. The same
 // operations either way, so the same bytes.
 
-import type { Chain, Compute } from '../kernels/dispatch.js';
+import type { Chain, Compute } from '../graph/compute.js';
 import { attnResMixOn } from './attnres.js';
 import { rmsNorm } from './ops.js';
 

@@ -6,7 +6,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { namesOf, type Names } from '../checkpoint/names.js';
 import type { WeightStore } from '../store/store.js';
 import type { FiniteWatch } from './finite.js';
-import type { Compute } from '../kernels/dispatch.js';
+import type { Compute } from '../graph/compute.js';
 import { UserError } from '../util/errors.js';
 import { blockInput, type BlockInput } from './block-input.js';
 import { kdaForward, type KdaParams } from './kda.js';

@@ -5,7 +5,7 @@
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
 import { viewsNow, type Mat } from '../store/mat.js';
-import { expRef, sigmoidRef, type Compute, type KdaBlockArgs } from '../kernels/dispatch.js';
+import { expRef, sigmoidRef, type Compute, type KdaBlockArgs } from '../graph/compute.js';
 import { linear, linearMany } from './ops.js';
 import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
 

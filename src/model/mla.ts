@@ -4,7 +4,7 @@
 // token exactly as decode does, so every position's numbers are the same either way.
 
 import { rowSlice, viewsNow, visitWhole, type Mat } from '../store/mat.js';
-import { dot, type Compute } from '../kernels/dispatch.js';
+import { dot, type Compute } from '../graph/compute.js';
 import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';

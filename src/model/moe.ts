@@ -10,7 +10,7 @@
 // dot product whenever it runs, and the sums keep their order.
 
 import { viewsNow, type Mat } from '../store/mat.js';
-import type { Compute } from '../kernels/dispatch.js';
+import type { Compute } from '../graph/compute.js';
 import { addInPlace, gatedMlp, gatedMlpMany, linear, linearBeta, linearMany, rmsNorm, type Activation, type GatedMlpItem, type MlpWeights } from './ops.js';
 import { route, type RouterConfig, type Routing } from './router.js';
 import type { WeightView } from '../formats/weight.js';

@@ -2,7 +2,7 @@
 // in double and rounds its result to f32 once, so the numbers depend only on the inputs.
 // Reductions (norm statistics, softmax sums) are sequential in double, in index order.
 
-import type { Compute, MatmulOp } from '../kernels/dispatch.js';
+import type { Compute, MatmulOp } from '../graph/compute.js';
 import { viewNow, viewsNow, visitWhole, type GatedMats, type Mat } from '../store/mat.js';
 
 const fr = Math.fround;

@@ -1,5 +1,5 @@
 // What the kernels do to a trunk piece's bytes as it is read, handed to the store at load
-// (src/model/pieces.ts builds it from the kernels), so that the store knows no kernel's limits.
+// (src/graph/pieces.ts builds it from the kernels), so that the store knows no kernel's limits.
 
 import type { WeightView } from '../formats/weight.js';
 import type { CodedRows, TrunkMatrixLayout } from './layout.js';

@@ -15,8 +15,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { UserError } from '../util/errors.js';
 import { GiB, MiB, formatBytes } from '../util/format.js';
 import type { Layout } from './layout.js';
-import { kernelMembers } from '../kernels/dispatch.js';
-import { threadScratchBytes } from '../kernels/fast.js';
+import { kernelMembers, threadScratchBytes } from '../kernels/fast.js';
 import { BOUNCE_BYTES } from './direct-reader.js';
 import { VERIFY_BUFFER_BYTES } from './verified-reader.js';
 
@@ -79,7 +78,7 @@ export interface Plan {
   decodeBytes: number;
   /** Compute threads per kernel instance, the calling thread included (PlanEnv.threads). */
   threads: number;
-  /** Kernel instances (one memory and one set of workers each; dispatch.ts kernelMembers). */
+  /** Kernel instances (one memory and one set of workers each; kernels/memory.ts kernelMembers). */
   kernelMembers: number;
   /** The threads' memory: members x (threads - 1) workers of WORKER_BYTES, and every thread's
    *  scratch area in kernel memory (fast.ts threadScratchBytes). */

@@ -14,7 +14,7 @@ import { rmsNorm } from '../../src/model/ops.js';
 import { SequenceState } from '../../src/model/state.js';
 import { attnResMix } from '../../src/model/attnres.js';
 import { blockInput, chainInput, type BlockInput } from '../../src/model/block-input.js';
-import { REF_COMPUTE } from '../../src/kernels/dispatch.js';
+import { REF_COMPUTE } from '../../src/graph/compute.js';
 import { Model } from '../../src/model/model.js';
 import { GOLDEN, xorshift } from '../helpers.js';
 

@@ -5,7 +5,7 @@
 
 import { test, before, after } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { Compute, KernelGroup, REF_COMPUTE } from '../../src/kernels/dispatch.js';
+import { Compute, KernelGroup, REF_COMPUTE } from '../../src/graph/compute.js';
 import { kdaForward, newKdaState, startKdaSweep, endKdaSweep, type KdaParams, type KdaState, type KdaWeights } from '../../src/model/kda.js';
 import { residentMat } from '../../src/store/mat.js';
 import { expRef, em1 } from '../../src/kernels/wasm/act.js';

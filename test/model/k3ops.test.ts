@@ -15,7 +15,7 @@ import { mlaForward, MlaCache } from '../../src/model/mla.js';
 import { moeForward } from '../../src/model/moe.js';
 import { parseConfig } from '../../src/checkpoint/config.js';
 import { makeBlock } from '../../src/model/decoder.js';
-import { REF_COMPUTE } from '../../src/kernels/dispatch.js';
+import { REF_COMPUTE } from '../../src/graph/compute.js';
 import { k3Layer } from '../../src/model/k3.js';
 import { SequenceState } from '../../src/model/state.js';
 import { decodeRow } from '../../src/kernels/ref.js';

@@ -1,30 +1,23 @@
-// Which kernel runs a product: the WebAssembly kernels whose memory holds the weight's bytes
+// The seam between the model and the kernels: the model's blocks call `Compute` and never a
+// kernel. Which kernel runs a product: the WebAssembly kernels whose memory holds the weight's bytes
 // (zero copy), or the TypeScript reference. Both give the same bytes (docs/NUMERICS.md), so the
 // choice is only about speed. Node 20 caps one WebAssembly.Memory at 4 GiB, so a large budget
 // uses a group of kernel instances, each with its own memory and workers; a weight is computed
 // by the instance whose memory it lives in.
 
-import { createKernels, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from './fast.js';
-import * as ref from './ref.js';
-import { gatedActRef, type ActKind } from './wasm/act.js';
+import { PER_MEMORY, createKernels, kernelMembers, type KdaBlockArgs, type Kernels, type KernelsOptions, type MatmulOp } from '../kernels/fast.js';
+import * as ref from '../kernels/ref.js';
+import { gatedActRef, type ActKind } from '../kernels/wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
-import { GiB, MiB } from '../util/format.js';
-import type { KernelProfile } from './profile.js';
-import type { Chain } from './chain.js';
+import { MiB } from '../util/format.js';
+import type { KernelProfile } from '../kernels/profile.js';
+import type { Chain } from '../kernels/chain.js';
 
-export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from './profile.js';
-export type { Chain } from './chain.js';
-
-/** Weight bytes placed in one instance's memory (below its 4 GiB maximum, leaving room for copies of activations). */
-const PER_MEMORY = Math.floor(3.75 * GiB);
+export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/profile.js';
+export type { Chain } from '../kernels/chain.js';
 
 /** Kernel memory kept free of sequence state, for the kernels' temporaries (activation copies). */
 const STATE_HEADROOM = 192 * MiB;
-
-/** Kernel instances (each with its own memory and threads) a group makes for `weightBytes`. */
-export function kernelMembers(weightBytes: number): number {
-  return Math.max(1, Math.ceil(weightBytes / PER_MEMORY));
-}
 
 export class KernelGroup {
   private current = 0;
@@ -125,9 +118,9 @@ export class KernelGroup {
   }
 }
 
-export type { GatedMlpOp, KdaBlockArgs, MatmulOp } from './fast.js';
+export type { GatedMlpOp, KdaBlockArgs, MatmulOp } from '../kernels/fast.js';
 /** The exp and sigmoid the fused KDA block computes with (wasm/act.ts), for its reference in src/model. */
-export { expRef, sigmoidRef } from './wasm/act.js';
+export { expRef, sigmoidRef } from '../kernels/wasm/act.js';
 
 /** The canonical f32 dot of the reference kernels (ref.dot), for model code's own reference loops. */
 export const dot = ref.dot;
@@ -295,4 +288,4 @@ export class Compute {
 export const REF_COMPUTE = new Compute(null);
 
 /** Where the dots' fused multiply-add is emulated, the line that says so (kernels/wasm/fma.ts). */
-export { maddHint } from './wasm/loader.js';
+export { maddHint } from '../kernels/wasm/loader.js';
