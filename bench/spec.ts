@@ -7,9 +7,12 @@
 // all measured side by side in one run; each row checks its ids against the plain run's.
 // Bytes come from the store's counters (exact); seconds are wall time in this process (the page
 // cache may hold part of the checkpoint: bench/stream.ts measures the disk itself).
+// Then the DSpark rows (issue 46; bench/spec-dspark.ts): on k3-real-layers under a cgroup cap of a
+// quarter of it, Block5's acceptance replayed, the width model choosing; with the CPU and the disk.
 //
 //   npm run build && node dist/bench/spec.js [--dir models/k3-medium] [--layers 6] [--gen 24]
-//       [--fraction 0.25] [--threads 2] [--json]
+//       [--fraction 0.25] [--threads 2] [--json] [--no-dspark] [--dspark-dir models/k3-real-layers]
+//       [--dspark-gen 32]
 //
 // Benchmarks are not tests: nothing here gates CI.
 
@@ -24,6 +27,10 @@ import { speculative } from '../src/generate/spec.js';
 import { RunRecorder } from '../src/generate/report.js';
 import { argmax } from '../src/generate/greedy.js';
 import { formatGB } from '../src/util/format.js';
+import * as os from 'node:os';
+import * as fs from 'node:fs';
+import { directBandwidth } from './disk.js';
+import { dsparkBench, formatDsparkTable } from './spec-dspark.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -147,6 +154,16 @@ export function formatSpecTable(r: SpecBenchResult): string {
   return lines.join('\n');
 }
 
+/** The DSpark rows, then the CPU model and the disk's O_DIRECT bandwidth over the checkpoint's files. */
+async function dsparkPart(dir: string, gen: number, threads: number, json: boolean, log: (s: string) => void): Promise<string> {
+  const r = await dsparkBench({ dir, gen, threads, fraction: 0.25, log });
+  const files = fs.readdirSync(dir).filter((f) => f.endsWith('.safetensors')).map((f) => path.join(dir, f));
+  const disk = await directBandwidth(files, 4e9);
+  const cpu = os.cpus()[0]?.model ?? 'unknown';
+  if (json) return JSON.stringify({ ...r, cpu, disk_gbps: disk.gbps, disk_note: disk.note }, null, 1);
+  return `${formatDsparkTable(r)}\nCPU ${cpu} (${os.cpus().length} cores); disk ${disk.gbps.toFixed(2)} GB/s (${disk.note})`;
+}
+
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
@@ -156,12 +173,22 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
       fraction: { type: 'string', default: '0.25' },
       threads: { type: 'string', default: '2' },
       json: { type: 'boolean', default: false },
+      'no-dspark': { type: 'boolean', default: false },
+      'dspark-only': { type: 'boolean', default: false },
+      'dspark-dir': { type: 'string', default: path.join(ROOT, 'models', 'k3-real-layers') },
+      'dspark-gen': { type: 'string', default: '32' },
     },
   });
-  specBench({ dir: path.resolve(values.dir!), layers: Number(values.layers), gen: Number(values.gen), fraction: Number(values.fraction), threads: Number(values.threads), log: (s) => process.stderr.write(s + '\n') })
-    .then((r) => console.log(values.json ? JSON.stringify(r, null, 1) : formatSpecTable(r)))
-    .catch((e) => {
-      console.error(e);
-      process.exitCode = 1;
-    });
+  const log = (s: string) => process.stderr.write(s + '\n');
+  const main = async () => {
+    if (!values['dspark-only']) {
+      const r = await specBench({ dir: path.resolve(values.dir!), layers: Number(values.layers), gen: Number(values.gen), fraction: Number(values.fraction), threads: Number(values.threads), log });
+      console.log(values.json ? JSON.stringify(r, null, 1) : formatSpecTable(r));
+    }
+    if (!values['no-dspark']) console.log(await dsparkPart(path.resolve(values['dspark-dir']!), Number(values['dspark-gen']), Number(values.threads), values.json!, log));
+  };
+  main().catch((e) => {
+    console.error(e);
+    process.exitCode = 1;
+  });
 }

@@ -8,6 +8,12 @@ export interface Drafter {
   draft(context: readonly number[], max: number): number[];
   /** K3's hidden states this drafter reads: every forward of the generation hands them out (taps.ts). */
   readonly taps?: Taps;
+  /**
+   * Per proposal of the last draft (aligned with it): the drafter's estimate that K3 accepts it
+   * given that the proposals before it were accepted (DSpark's confidence head); null or absent:
+   * no estimate, the width model (spec-width.ts) goes by the run's own acceptance rates.
+   */
+  readonly lastConfidence?: readonly number[] | null;
 }
 
 /**

@@ -31,6 +31,12 @@ export interface SpecReport {
   tokens_per_sweep: number;
   /** Per draft position k (0 = the first draft): the share of sweeps that drafted it in which it was accepted. */
   acceptance_by_position: number[];
+  /** Per width w (drafts verified; 0 = a plain step): how many sweeps verified w drafts (the width model's choices, or --spec-width). */
+  width_histogram: number[];
+  /** Every byte read during decode (weights the store read, and the drafter's own reads where known) per emitted token. */
+  bytes_per_emitted_token: number;
+  /** Of those, the drafter's reads (RunRecorder.drafterRead), per emitted token. */
+  drafter_bytes_per_emitted_token: number;
 }
 
 export interface RunSummary {
@@ -75,7 +81,9 @@ export class RunRecorder {
   prefillSeconds = 0;
   prefillTokens = 0;
   /** Set by sweepDone: speculative totals, and the ids emitted beyond one per step. */
-  private spec: { drafted: number; accepted: number; extra: number; draftedAt: number[]; acceptedAt: number[] } | null = null;
+  private spec: { drafted: number; accepted: number; extra: number; draftedAt: number[]; acceptedAt: number[]; widths: number[] } | null = null;
+  /** Bytes the drafter read (its weights, where the store does not count them): drafterRead. */
+  private drafterBytes = 0;
   private readonly t0 = performance.now();
   firstTokenSeconds: number | null = null;
 
@@ -126,7 +134,9 @@ export class RunRecorder {
 
   /** Call after step() for a speculative sweep: what it drafted, accepted and emitted. */
   sweepDone(drafted: number, accepted: number, emitted: number, draftedIds?: readonly number[], nextId?: number | null): void {
-    const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0, draftedAt: [], acceptedAt: [] });
+    const sp = (this.spec ??= { drafted: 0, accepted: 0, extra: 0, draftedAt: [], acceptedAt: [], widths: [] });
+    for (let w = sp.widths.length; w <= drafted; w++) sp.widths.push(0);
+    sp.widths[drafted]!++;
     // drafts are accepted as a prefix: position k counts as accepted when k < accepted
     for (let k = 0; k < drafted; k++) {
       sp.draftedAt[k] = (sp.draftedAt[k] ?? 0) + 1;
@@ -139,10 +149,27 @@ export class RunRecorder {
     if (s) Object.assign(s, { drafted, accepted, emitted, gb_read_per_emitted_token: s.gb_read / emitted }, draftedIds ? { drafted_ids: [...draftedIds], next_id: nextId ?? null } : {});
   }
 
+  /** Call when the drafter read `bytes` for a draft that the store's counters do not see (e.g. its streamed weights). */
+  drafterRead(bytes: number): void {
+    this.drafterBytes += bytes;
+  }
+
   private specReport(sp: NonNullable<RunRecorder['spec']>, emitted: number): SpecReport {
     const sweeps = this.steps.length;
     const acceptance_by_position = sp.draftedAt.map((n, k) => sp.acceptedAt[k]! / n);
-    return { sweeps, drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.drafted ? sp.accepted / sp.drafted : null, tokens_per_sweep: sweeps ? emitted / sweeps : 0, acceptance_by_position };
+    const n = Math.max(1, emitted);
+    const read = bytesOf(this.store.stats) - bytesOf(this.decodeStart) + this.drafterBytes;
+    return {
+      sweeps,
+      drafted: sp.drafted,
+      accepted: sp.accepted,
+      acceptance: sp.drafted ? sp.accepted / sp.drafted : null,
+      tokens_per_sweep: sweeps ? emitted / sweeps : 0,
+      acceptance_by_position,
+      width_histogram: [...sp.widths],
+      bytes_per_emitted_token: read / n,
+      drafter_bytes_per_emitted_token: this.drafterBytes / n,
+    };
   }
 
   summary(): RunSummary {
@@ -190,8 +217,18 @@ export function formatSummary(r: RunSummary): string {
   return [
     `prefill ${r.prefill_tokens} tokens in ${r.prefill_seconds.toFixed(3)} s (${(r.prefill_tokens / r.prefill_seconds).toFixed(1)} tok/s); first token after ${r.time_to_first_token.toFixed(3)} s`,
     `decode  ${r.seconds_per_token.toFixed(4)} s/token (${r.tokens_per_second.toFixed(2)} tok/s) over ${r.steps.length} steps`,
-    ...(r.spec ? [`spec    ${r.spec.accepted} of ${r.spec.drafted} drafted tokens accepted; ${r.spec.tokens_per_sweep.toFixed(2)} tokens per sweep`] : []),
+    ...(r.spec ? specLines(r.spec) : []),
     `read    ${formatBytes(g.trunk * 1e9)} trunk + ${formatBytes(g.experts * 1e9)} experts + ${formatBytes(g.embeddings * 1e9)} embeddings per token; waiting for I/O ${(r.io_wait_share * 100).toFixed(1)}% of decode time${r.io_overlap === null ? '' : `, ${(r.io_overlap * 100).toFixed(0)}% of read time hidden behind compute`}${r.prefetch_hit_rate === null ? '' : `; expert guesses right ${(r.prefetch_hit_rate * 100).toFixed(0)}%`}`,
     `memory  peak RSS ${formatBytes(r.peak_rss_bytes)}, ${r.over_budget ? 'ABOVE' : 'at most'} the budget ${formatBytes(r.budget_bytes)} (floor ${formatBytes(r.floor_bytes)}: the smallest budget, a ceiling on RSS; RSS counts only pages touched)`,
   ].join('\n');
+}
+
+/** The summary's speculation lines: acceptance, per position, the widths verified, bytes per emitted token. */
+function specLines(s: SpecReport): string[] {
+  const pos = s.acceptance_by_position.map((a) => `${(a * 100).toFixed(0)}%`).join(' ');
+  const widths = (s.width_histogram ?? []).map((n, w) => (n ? `${w}:${n}` : '')).filter(Boolean).join(' ');
+  return [
+    `spec    ${s.accepted} of ${s.drafted} drafted tokens accepted; ${s.tokens_per_sweep.toFixed(2)} tokens per sweep${pos ? `; by position ${pos}` : ''}`,
+    `        widths verified (width:sweeps) ${widths || '-'}; ${formatBytes(s.bytes_per_emitted_token ?? 0)} read per emitted token${s.drafter_bytes_per_emitted_token ? ` (drafter ${formatBytes(s.drafter_bytes_per_emitted_token)})` : ''}`,
+  ];
 }

@@ -11,6 +11,8 @@ import type { Taps } from '../model/taps.js';
 import type { Drafter } from './draft.js';
 import { argmax, type GenerateOptions, type GreedyResult } from './greedy.js';
 import { prefill } from './prefill.js';
+import { WidthModel, type SweepCost, type WidthOptions } from './spec-width.js';
+import type { StoreStats } from '../store/store.js';
 
 /** The id chosen at a position, and whether it is the draft offered there. */
 export interface Choice {
@@ -97,6 +99,8 @@ export interface SpecOptions extends GenerateOptions {
   drafter: Drafter;
   /** Draft `spec` tokens every sweep (fewer only near the token limit), never backing off (--spec-width). */
   fixedWidth?: boolean;
+  /** The width model's options (spec-width.ts); the plan's streamed trunk and expert reads are its priors. */
+  width?: WidthOptions;
   /** Decide a draft from its position's logits (default: accepted when `pick` chooses it); i: the draft's index in the sweep. */
   accept?: (logits: Float32Array, draft: number, generated: readonly number[], i: number) => Choice;
 }
@@ -124,7 +128,8 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   // stopped within the prompt: the report counts the tokens that went in
   opts.recorder?.prefillDone(logits ? prompt.length : state.position);
   if (!logits) return { generated, prefillSeconds, stepSeconds };
-  const gate = new DraftGate();
+  const widths = opts.fixedWidth ? null : new WidthModel({ ...storePriors(model), ...opts.width });
+  const draftBytes = opts.width?.draftBytes ?? 0;
   let stopped = emit(choose(logits, undefined, 0).id);
   opts.recorder?.firstToken();
   while (!stopped) {
@@ -133,12 +138,16 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
     const most = Math.min(opts.spec, n - generated.length - 1);
-    const room = opts.fixedWidth ? most : gate.allow(most);
-    const drafts = room > 0 ? opts.drafter.draft([...prompt, ...generated], room) : [];
+    let drafts = most > 0 && (!widths || widths.begin(most)) ? opts.drafter.draft([...prompt, ...generated], most) : [];
+    const draftedAny = drafts.length > 0;
+    if (widths && draftedAny) drafts = drafts.slice(0, widths.choose(drafts.length, opts.drafter.lastConfidence).width);
+    const before = { ...model.store.stats };
     const s = performance.now();
     const r = await sweep(model, state, pending, drafts, choose, emit, taps);
-    stepSeconds.push((performance.now() - s) / 1000);
-    gate.result(r.drafted, r.accepted);
+    const seconds = (performance.now() - s) / 1000;
+    stepSeconds.push(seconds);
+    widths?.record(sweepCost(before, model.store.stats, drafts.length, r.accepted, seconds));
+    if (draftedAny) opts.recorder?.drafterRead(draftBytes);
     opts.recorder?.step(pending);
     // the id K3 chose after the accepted drafts (refusal or bonus), unless a stop came first
     const next = r.emitted > r.accepted ? generated[generated.length - 1]! : null;
@@ -146,4 +155,18 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     stopped = r.stopped;
   }
   return { generated, prefillSeconds, stepSeconds };
+}
+
+/** The plan's bytes as the width model's priors: the streamed trunk, and one position's expert reads (top-k of each MoE layer, missed in proportion to the cache). */
+function storePriors(model: Model): WidthOptions {
+  const p = model.store.plan;
+  const moe = model.config.moe;
+  const layers = moe.experts > 0 ? p.expertsTotal / moe.experts : 0;
+  const missed = p.expertsTotal > 0 ? Math.max(0, 1 - p.expertSlots / p.expertsTotal) : 0;
+  return { fixedBytes: p.streamedBytes, expertBytes: layers * moe.topK * p.expertBytes * missed };
+}
+
+function sweepCost(a: StoreStats, b: StoreStats, width: number, accepted: number, seconds: number): SweepCost {
+  const all = (x: StoreStats) => x.trunkBytesRead + x.expertBytesRead + x.embedBytesRead + x.smallBytesRead;
+  return { width, accepted, seconds, bytes: all(b) - all(a), expertBytes: b.expertBytesRead - a.expertBytesRead, ioWaitSeconds: (b.ioWaitMs - a.ioWaitMs) / 1000 };
 }

@@ -2,6 +2,7 @@
 // session, earlier turns) is indexed once, token by token, so the longest earlier match of any
 // length is found in O(1) per sweep; agent loops that repeat tool-call scaffolding draft long runs.
 
+import type { Taps } from '../model/taps.js';
 import type { Drafter } from './draft.js';
 
 // Transition keys are state * TOKEN_SPAN + token in one Map (a Map per state costs far more).
@@ -24,6 +25,12 @@ function grow(a: Int32Array): Int32Array {
  */
 export class SuffixDrafter implements Drafter {
   private text: number[] = [];
+  /** Earlier text of the session (observe): indexed before every context. */
+  private kept: number[] = [];
+  /** Per proposal of the last draft: the share of the matched text's earlier occurrences it followed, smoothed (n / (total + 1)). */
+  lastConfidence: number[] | null = null;
+  /** Tokens of the longest earlier match the last draft continued (0: none). */
+  lastMatch = 0;
   // per state: longest string length, suffix link, occurrences (endpos size), latest end, first edge
   private len: Int32Array = new Int32Array(64);
   private link: Int32Array = new Int32Array(64);
@@ -43,6 +50,8 @@ export class SuffixDrafter implements Drafter {
     readonly minMatch = 2,
     readonly minShare = 0.5,
     readonly chainLimit = 1024,
+    /** Most tokens observe() keeps; past it the older half is dropped (a rebuild). */
+    readonly maxKept = 1 << 20,
   ) {
     if (!(Number.isInteger(minMatch) && minMatch >= 1)) throw new Error(`minMatch ${minMatch} is not an integer >= 1`);
     if (!(minShare > 0 && minShare <= 1)) throw new Error(`minShare ${minShare} is not in (0, 1]`);
@@ -66,21 +75,38 @@ export class SuffixDrafter implements Drafter {
     return this.propose(max);
   }
 
-  /** Index `context`: append what extends the indexed text, or start over if it does not. */
+  /**
+   * Keep `ids` (a session's earlier turn: its prompt and reply) in front of every later context,
+   * so a new turn drafts from what the session said before. Costs only their indexing when the
+   * indexed text already ends with them (observe the context just drafted from).
+   */
+  observe(ids: readonly number[]): void {
+    for (const id of ids) this.kept.push(id);
+    if (this.kept.length > this.maxKept) this.kept = this.kept.slice(this.kept.length - (this.maxKept >> 1));
+  }
+
+  /** Index the kept text then `context`: append what extends the indexed text, or start over if it does not. */
   sync(context: readonly number[]): void {
+    const K = this.kept.length;
+    const at = (i: number): number => (i < K ? this.kept[i]! : context[i - K]!);
+    const total = K + context.length;
     const n = this.text.length;
-    let same = context.length >= n;
-    for (let i = 0; i < n && same; i++) same = context[i] === this.text[i];
+    let same = total >= n;
+    for (let i = 0; i < n && same; i++) same = at(i) === this.text[i];
     if (!same) this.reset();
-    for (let i = this.text.length; i < context.length; i++) this.append(context[i]!);
+    for (let i = this.text.length; i < total; i++) this.append(at(i));
   }
 
   /** Draft up to `max` ids after the indexed text. */
   propose(max: number): number[] {
     const out: number[] = [];
+    const shares: number[] = [];
+    this.lastConfidence = shares;
+    this.lastMatch = 0;
     const end = this.text.length - 1;
     let u = this.link[this.last]!;
     if (this.states === 1 || this.len[u]! < this.minMatch) return out;
+    this.lastMatch = this.len[u]!;
     while (out.length < max) {
       // occurrences of the matched text that have a next token (not the one ending the text)
       const total = this.cnt[u]! - (this.lastEnd[u] === end ? 1 : 0);
@@ -92,6 +118,7 @@ export class SuffixDrafter implements Drafter {
       }
       if (best < 0 || this.cnt[this.eTo[best]!]! < this.minShare * total) break;
       out.push(this.eTok[best]!);
+      shares.push(this.cnt[this.eTo[best]!]! / (total + 1));
       u = this.eTo[best]!;
     }
     return out;
@@ -211,4 +238,63 @@ export function suffixDraftReference(context: readonly number[], max: number, mi
     s.push(best[0]);
   }
   return out;
+}
+
+// Suffix drafts combined with a model drafter (issue 46, item 5): where the text repeats itself
+// (agent loops: tool-call scaffolding, quoted files, earlier turns) a suffix match drafts long runs
+// for free; elsewhere the model drafter (DSpark) guesses from K3's hidden states.
+
+export interface CombineOptions {
+  /**
+   * Use the suffix draft only when its earlier match is at least this many tokens (default 8):
+   * a short match (a common word pair) predicts little, and DSpark reads the whole context.
+   */
+  minMatch?: number;
+  /** ... and its first proposal followed at least this share of the match's earlier occurrences, smoothed n / (total + 1) (default 0.6: two of two). */
+  minConfidence?: number;
+  /** ... and it offers at least this many proposals, or as many as asked (default 2). */
+  minDrafts?: number;
+}
+
+/**
+ * Drafts with `suffix` when its match is long and confident (CombineOptions), else with `model`.
+ * The model drafter's taps flow whichever drafts, so its table of K3's states stays complete.
+ * `lastSource` says which drafted last: a sampled run verifies the model's drafts against its own
+ * distribution and the suffix's as fixed tokens.
+ */
+export class CombinedDrafter implements Drafter {
+  readonly taps?: Taps;
+  lastConfidence: readonly number[] | null = null;
+  lastSource: 'suffix' | 'model' | null = null;
+  private readonly o: Required<CombineOptions>;
+
+  constructor(
+    readonly suffix: SuffixDrafter,
+    readonly model: Drafter,
+    opts: CombineOptions = {},
+  ) {
+    this.o = { minMatch: opts.minMatch ?? 8, minConfidence: opts.minConfidence ?? 0.6, minDrafts: opts.minDrafts ?? 2 };
+    if (!(Number.isInteger(this.o.minMatch) && this.o.minMatch >= 1)) throw new Error(`combined drafter: minMatch ${this.o.minMatch} is not an integer >= 1`);
+    if (!(this.o.minConfidence >= 0 && this.o.minConfidence <= 1)) throw new Error(`combined drafter: minConfidence ${this.o.minConfidence} is not in [0, 1]`);
+    if (model.taps) this.taps = model.taps;
+  }
+
+  draft(context: readonly number[], max: number): number[] {
+    const s = this.suffix.draft(context, max);
+    const conf = this.suffix.lastConfidence ?? [];
+    if (s.length >= Math.min(max, this.o.minDrafts) && s.length > 0 && this.suffix.lastMatch >= this.o.minMatch && conf[0]! >= this.o.minConfidence) {
+      this.lastSource = 'suffix';
+      this.lastConfidence = conf;
+      return s;
+    }
+    const d = this.model.draft(context, max);
+    this.lastSource = 'model';
+    this.lastConfidence = this.model.lastConfidence ?? null;
+    return d;
+  }
+
+  /** A session's earlier turn (its prompt and reply): kept by the suffix drafter for later turns. */
+  observe(ids: readonly number[]): void {
+    this.suffix.observe(ids);
+  }
 }

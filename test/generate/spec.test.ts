@@ -71,7 +71,8 @@ for (const name of CASES) {
             const rec = recordingPick(V);
             const s = model.newState();
             const recorder = new RunRecorder(model.store);
-            const r = await speculative(model, s, ids, GEN, { spec: 4, drafter, pick: rec.pick, recorder });
+            // all accepted: every sweep verifies 4 (--spec-width); the others let the width model choose
+            const r = await speculative(model, s, ids, GEN, { spec: 4, drafter, pick: rec.pick, recorder, fixedWidth: i === 0 });
             const what = `budget ${budget === floor ? 'floor' : 'resident'}, threads ${threads}, drafter ${i}`;
             assert.deepEqual(r.generated, ref.generated, `${what}: ids`);
             assert.equal(rec.rows.length, base.rows.length, `${what}: one logits row per emitted id`);
