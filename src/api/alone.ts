@@ -11,7 +11,7 @@ import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
 import { acceptDraft, acceptDraftFrom } from '../generate/spec-sample.js';
 import { SuffixDrafter } from '../generate/suffix-draft.js';
-import { loadDSparkReference } from '../generate/dspark-draft.js';
+import { loadDSpark } from '../generate/dspark-draft.js';
 import type { TextStopper } from '../generate/stop.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { UserError } from '../util/errors.js';
@@ -22,7 +22,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
   const V = model.config.vocabSize;
   const c = opts.constraint;
   if (c && ((opts.spec ?? 0) > 0 || opts.drafter !== undefined)) throw new UserError('speculative decoding (spec, drafter) cannot be combined with constrained output');
-  const dspark = opts.drafter !== undefined ? loadDSparkReference(model, opts.drafter) : null;
+  const dspark = opts.drafter !== undefined ? loadDSpark(model, opts.drafter) : null;
   const block = dspark?.config.block ?? 0;
   if ((opts.specWidth ?? 0) > block) throw new UserError(`specWidth ${opts.specWidth} is more than the drafter's block of ${block}`);
   // sampled output: the drafter samples its block at the sampler's temperature (its own stream of the seed)
