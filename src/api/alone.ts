@@ -15,6 +15,7 @@ import { loadDSpark } from '../generate/dspark-draft.js';
 import type { TextStopper } from '../generate/stop.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { UserError } from '../util/errors.js';
+import { addSpecRun } from './spec-stats.js';
 import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
 
 /** `sampler` and `stopper` are the job's, made from `opts` (Engine.run checks the options by making them). */
@@ -30,14 +31,16 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
   const s = sampler.opts;
   const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
   const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);
-  const recorder = opts.report ? new RunRecorder(model.store) : undefined;
+  const spec = dspark ? (opts.specWidth ?? block) : (opts.spec ?? 0);
+  // speculative runs always record their sweeps: /metrics counts them (spec-stats.ts)
+  const recorder = opts.report || spec > 0 ? new RunRecorder(model.store) : undefined;
+  const drafterBytes0 = dspark?.bytesRead ?? 0;
   // The logits a chosen id came from, for its logprobs (pick / accept run just before onToken).
   let chosenFrom: Float32Array | null = null;
   const t0 = performance.now();
   let tFirst = t0;
   const state = model.newState();
   try {
-    const spec = dspark ? (opts.specWidth ?? block) : (opts.spec ?? 0);
     const r = await (spec > 0 ? speculative : greedy)(model, state, prompt, opts.maxTokens, {
       spec,
       drafter: dspark ?? new SuffixDrafter(),
@@ -69,6 +72,8 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
     const aborted = opts.signal?.aborted === true && !stopper.stopped;
     if (aborted) stopper.finish('interrupted');
     else stopper.finish();
+    const report = recorder?.summary();
+    if (report && spec > 0) addSpecRun(model, report, (dspark?.bytesRead ?? 0) - drafterBytes0);
     const decodeSeconds = r.stepSeconds.reduce((a, b) => a + b, 0);
     const n = stopper.ids.length;
     return {
@@ -84,7 +89,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
         firstTokenSeconds: (tFirst - t0) / 1000,
         tokensPerSecond: decodeSeconds > 0 && n > 1 ? (n - 1) / decodeSeconds : 0,
       },
-      ...(recorder ? { report: recorder.summary() } : {}),
+      ...(opts.report ? { report } : {}),
     };
   } finally {
     model.release(state);

@@ -25,6 +25,10 @@ import { drawIndex, Rng } from './sampling.js';
 interface DraftPath {
   take(pos: number, T: number, states: Float32Array[]): void;
   has(pos: number): boolean;
+  /** Drop every kept row (a state the taps did not come from replaces the sequence). */
+  forget(): void;
+  /** Bytes read from the target's files for drafting so far (the kernel path's lm_head / embedding rows the plan does not hold). */
+  bytesRead(): number;
   block(anchor: number, anchorPos: number, choose?: (scores: ArrayLike<number>) => number): { tokens: number[]; confidence: number[] | null; scores: ArrayLike<number>[] };
 }
 
@@ -74,6 +78,22 @@ export class DSparkDrafter implements Drafter {
     return Math.max(0, drawIndex(q, rng.nextFloat()));
   }
 
+  /** Bytes this drafter's weights-sharing forward has read from the target's files so far (a counter: take differences). */
+  get bytesRead(): number {
+    return this.path.bytesRead();
+  }
+
+  /** Forget every tapped state: the sequence's state now comes from elsewhere (a file). */
+  forget(): void {
+    this.path.forget();
+  }
+
+  /** The drafter holds the tapped states of positions 0 .. n-1 (false after a state loaded from a file, whose taps it never saw). */
+  covers(n: number): boolean {
+    for (let p = 0; p < n; p++) if (!this.path.has(p)) return false;
+    return true;
+  }
+
   /** The block for anchor = the context's last id (emitted, not yet in K3's state), first `max` proposals. */
   draft(context: readonly number[], max: number): number[] {
     const anchorPosition = context.length - 1;
@@ -101,6 +121,8 @@ function refPath(cfg: DrafterConfig, w: DraftWeights, embedRow: (id: number) => 
       }
     },
     has: (p) => rows[p] !== undefined,
+    forget: () => void (rows.length = 0),
+    bytesRead: () => 0,
     block(anchor, anchorPosition, choose) {
       const out = draftBlock(cfg, w, {
         context: rows.slice(0, anchorPosition),
@@ -128,6 +150,8 @@ function kernelPath(cfg: DrafterConfig, f: DSparkForward): DraftPath {
       f.project(pos, T, cat).forEach((rows, t) => (kv[pos + t] = rows));
     },
     has: (p) => kv[p] !== undefined,
+    forget: () => void (kv.length = 0),
+    bytesRead: () => f.bytesRead,
     block: (anchor, anchorPos, choose) => f.draft(kv, anchor, anchorPos, choose),
   };
 }

@@ -79,6 +79,11 @@ export class DSparkForward {
     this.rope = makeRope(cfg.attn.kind === 'mla' ? cfg.attn.ropeDim : cfg.attn.headDim, cfg.rope.theta, cfg.rope.yarn);
   }
 
+  /** Bytes the drafter read from the target's files so far (dspark-weights.ts DSparkTarget). */
+  get bytesRead(): number {
+    return this.target.bytesRead;
+  }
+
   private mm(name: string, x: Float32Array, T: number): Float32Array {
     const w = this.w.mat(name);
     const y = new Float32Array(T * w.rows);
