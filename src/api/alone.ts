@@ -11,10 +11,11 @@ import type { Sampler } from '../generate/sampling.js';
 import { speculative } from '../generate/spec.js';
 import { acceptDraft, acceptDraftFrom } from '../generate/spec-sample.js';
 import { SuffixDrafter } from '../generate/suffix-draft.js';
-import { loadDSparkReference } from '../generate/dspark-draft.js';
+import { loadDSpark } from '../generate/dspark-draft.js';
 import type { TextStopper } from '../generate/stop.js';
 import { sampleConstrained } from '../generate/constrain/index.js';
 import { UserError } from '../util/errors.js';
+import { addSpecRun } from './spec-stats.js';
 import { logprobsOf, type GenerationResult, type JobOptions, type TokenEvent } from './events.js';
 
 /** `sampler` and `stopper` are the job's, made from `opts` (Engine.run checks the options by making them). */
@@ -22,7 +23,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
   const V = model.config.vocabSize;
   const c = opts.constraint;
   if (c && ((opts.spec ?? 0) > 0 || opts.drafter !== undefined)) throw new UserError('speculative decoding (spec, drafter) cannot be combined with constrained output');
-  const dspark = opts.drafter !== undefined ? loadDSparkReference(model, opts.drafter) : null;
+  const dspark = opts.drafter !== undefined ? loadDSpark(model, opts.drafter) : null;
   const block = dspark?.config.block ?? 0;
   if ((opts.specWidth ?? 0) > block) throw new UserError(`specWidth ${opts.specWidth} is more than the drafter's block of ${block}`);
   // sampled output: the drafter samples its block at the sampler's temperature (its own stream of the seed)
@@ -30,14 +31,16 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
   const s = sampler.opts;
   const penalized = s.repetitionPenalty !== 1 || s.presencePenalty !== 0 || s.frequencyPenalty !== 0;
   const history = (generated: readonly number[]): number[] => (penalized ? [...prompt, ...generated] : []);
-  const recorder = opts.report ? new RunRecorder(model.store) : undefined;
+  const spec = dspark ? (opts.specWidth ?? block) : (opts.spec ?? 0);
+  // speculative runs always record their sweeps: /metrics counts them (spec-stats.ts)
+  const recorder = opts.report || spec > 0 ? new RunRecorder(model.store) : undefined;
+  const drafterBytes0 = dspark?.bytesRead ?? 0;
   // The logits a chosen id came from, for its logprobs (pick / accept run just before onToken).
   let chosenFrom: Float32Array | null = null;
   const t0 = performance.now();
   let tFirst = t0;
   const state = model.newState();
   try {
-    const spec = dspark ? (opts.specWidth ?? block) : (opts.spec ?? 0);
     const r = await (spec > 0 ? speculative : greedy)(model, state, prompt, opts.maxTokens, {
       spec,
       drafter: dspark ?? new SuffixDrafter(),
@@ -69,6 +72,8 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
     const aborted = opts.signal?.aborted === true && !stopper.stopped;
     if (aborted) stopper.finish('interrupted');
     else stopper.finish();
+    const report = recorder?.summary();
+    if (report && spec > 0) addSpecRun(model, report, (dspark?.bytesRead ?? 0) - drafterBytes0);
     const decodeSeconds = r.stepSeconds.reduce((a, b) => a + b, 0);
     const n = stopper.ids.length;
     return {
@@ -84,7 +89,7 @@ export async function generateAlone(model: Model, prompt: number[], opts: JobOpt
         firstTokenSeconds: (tFirst - t0) / 1000,
         tokensPerSecond: decodeSeconds > 0 && n > 1 ? (n - 1) / decodeSeconds : 0,
       },
-      ...(recorder ? { report: recorder.summary() } : {}),
+      ...(opts.report ? { report } : {}),
     };
   } finally {
     model.release(state);

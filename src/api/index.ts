@@ -6,6 +6,8 @@ export type { AssistantMessage, ChatDelta, ChatResult, ChatTokenEvent, ChatTurnO
 export type { LoadOptions } from './load.js';
 export type { EngineStats } from './engine.js';
 export type { GenerationResult, TokenEvent, TopLogprob } from './events.js';
+export { checkDrafter, type DrafterChoice } from './drafter.js';
+export { specStats, type SpecStats } from './spec-stats.js';
 export { KimiChatSession, type SessionOptions, type TurnOptions, type TurnResult } from './session.js';
 export type { RunSummary } from '../generate/report.js';
 export type { ParsedToolCall } from './tool-calls.js';

@@ -10,7 +10,7 @@ import * as readline from 'node:readline';
 import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
-import { SAMPLING_HELP, SAMPLING_OPTIONS, samplingFromFlags } from './run.js';
+import { DRAFTER_HELP, DRAFTER_OPTIONS, SAMPLING_HELP, SAMPLING_OPTIONS, drafterFromFlags, samplingFromFlags } from './run.js';
 import type { KimiChatSession, TurnOptions } from '../api/session.js';
 import { Sampler } from '../api/decoding.js';
 import { UserError } from '../util/errors.js';
@@ -26,7 +26,7 @@ const COMMANDS_HELP = `commands:
 
 export const command: Command = {
   summary: 'talk to a model: a REPL that keeps the conversation state between turns',
-  help: `usage: k3 chat MODEL [--tok DIR] [--system TEXT] [--load FILE] [--max-tokens N] [sampling options] [model options]
+  help: `usage: k3 chat MODEL [--tok DIR] [--system TEXT] [--load FILE] [--max-tokens N] [--drafter DIR [--spec-width N]] [sampling options] [model options]
 
 Reads lines from stdin: each is a user message (or a /command); the reply is streamed to stdout
 and ends with a newline. The KDA state and MLA cache are kept between turns, so a follow-up only
@@ -40,16 +40,20 @@ during a reply stops the reply; Ctrl-C at the prompt or end of input exits.
   --max-tokens N    longest reply in tokens (default 512)
   --no-thinking     K3: answer without thinking (default: think first, effort max, as K3's
                     release template; the reasoning goes to stderr, dimmed on a terminal)
+${DRAFTER_HELP}
+                    (after /load, replies are not drafted until /reset: the drafter never saw
+                    the loaded positions' states)
 
 ${COMMANDS_HELP}
 
 ${SAMPLING_HELP}
 ${MODEL_HELP}`,
   async run(args) {
-    const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, 'no-thinking': { type: 'boolean' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
+    const { values, positionals } = parse('chat', args, { tok: { type: 'string' }, system: { type: 'string' }, load: { type: 'string' }, 'no-thinking': { type: 'boolean' }, ...DRAFTER_OPTIONS, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS }, 1);
     const dir = positionals[0]!;
     const maxTokens = parseIntFlag('chat', 'max-tokens', values['max-tokens'], 512, 1);
     const spec = parseIntFlag('chat', 'spec', values.spec, 0, 0);
+    const drafter = drafterFromFlags('chat', values);
     const sampling = samplingFromFlags('chat', values);
     new Sampler(sampling); // check the ranges before loading anything
     checkModelDir('chat', dir);
@@ -65,6 +69,7 @@ ${MODEL_HELP}`,
         ignoreEos: values['ignore-eos'] ?? false,
         thinking: !(values['no-thinking'] ?? false),
         spec,
+        ...drafter,
       });
       if (values.load !== undefined) {
         const l = session.load(values.load);
@@ -125,34 +130,7 @@ async function repl(session: KimiChatSession): Promise<number> {
   try {
     for (;;) {
       const line = await next();
-      if (line === null) break;
-      const input = line.trim();
-      if (input.length === 0) continue;
-      if (input.startsWith('/')) {
-        const sp = input.search(/\s/);
-        const cmd = sp < 0 ? input : input.slice(0, sp);
-        const arg = sp < 0 ? '' : input.slice(sp).trim();
-        if (cmd === '/exit' || cmd === '/quit') break;
-        try {
-          slashCommand(session, cmd, arg);
-        } catch (e) {
-          if (!(e instanceof UserError)) throw e;
-          process.stderr.write(`k3: ${e.message}\n`);
-        }
-        continue;
-      }
-      const abort = new AbortController();
-      generating = abort;
-      try {
-        const printer = replyPrinter(session.format === 'k3');
-        const r = await session.turn(line, { ...printer, signal: abort.signal });
-        printer.end();
-        process.stdout.write('\n');
-        if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
-        if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
-      } finally {
-        generating = null;
-      }
+      if (line === null || !(await handleLine(session, line, (a) => (generating = a)))) break;
     }
   } finally {
     process.off('SIGINT', onSigint);
@@ -160,6 +138,38 @@ async function repl(session: KimiChatSession): Promise<number> {
     process.stdin.pause();
   }
   return exitCode;
+}
+
+/** One input line: a /command or a user turn (its reply printed). False: the line ends the REPL. */
+async function handleLine(session: KimiChatSession, line: string, generating: (a: AbortController | null) => void): Promise<boolean> {
+  const input = line.trim();
+  if (input.length === 0) return true;
+  if (input.startsWith('/')) {
+    const sp = input.search(/\s/);
+    const cmd = sp < 0 ? input : input.slice(0, sp);
+    const arg = sp < 0 ? '' : input.slice(sp).trim();
+    if (cmd === '/exit' || cmd === '/quit') return false;
+    try {
+      slashCommand(session, cmd, arg);
+    } catch (e) {
+      if (!(e instanceof UserError)) throw e;
+      process.stderr.write(`k3: ${e.message}\n`);
+    }
+    return true;
+  }
+  const abort = new AbortController();
+  generating(abort);
+  try {
+    const printer = replyPrinter(session.format === 'k3');
+    const r = await session.turn(line, { ...printer, signal: abort.signal });
+    printer.end();
+    process.stdout.write('\n');
+    if (r.reason === 'interrupted') process.stderr.write(r.interruptedInPrompt ? '[interrupted while reading the prompt]\n' : '[interrupted]\n');
+    if (r.reason === 'context') process.stderr.write(`[the context of ${session.ctx} tokens is full: /reset starts a new conversation; --ctx N gives more]\n`);
+  } finally {
+    generating(null);
+  }
+  return true;
 }
 
 /** Where a reply goes: K3's reasoning to stderr (dimmed on a terminal), its answer and tool

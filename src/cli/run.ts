@@ -79,6 +79,23 @@ function randomSeed(cmd: string): number {
 }
 
 /** Sampling flags -> options (ranges are checked by the Sampler, as UserErrors). */
+export const DRAFTER_OPTIONS = { drafter: { type: 'string' }, 'spec-width': { type: 'string' } } as const;
+
+export const DRAFTER_HELP = `  --drafter DIR     draft with a DSpark checkpoint (docs/DSPARK.md): its block of proposals from K3's
+                    tapped states, verified in one forward; greedy output is the same bytes as
+                    without. Its forward runs on the kernels, its BF16 weights pinned beside the
+                    model: refused when they do not fit in the budget. Not with --spec
+  --spec-width N    with --drafter: verify exactly N proposals every sweep (default: the block,
+                    pausing while nothing is accepted)`;
+
+/** --drafter and --spec-width, checked against --spec: the drafter's options for generate / session. */
+export function drafterFromFlags(cmd: string, v: { drafter?: string; 'spec-width'?: string; spec?: string }): { drafter?: string; specWidth?: number } {
+  if (v.drafter !== undefined && v.spec !== undefined) throw new UserError(`${cmd}: --drafter and --spec are exclusive`);
+  if (v['spec-width'] !== undefined && v.drafter === undefined) throw new UserError(`${cmd}: --spec-width needs --drafter`);
+  if (v.drafter === undefined) return {};
+  return { drafter: v.drafter, ...(v['spec-width'] !== undefined ? { specWidth: parseIntFlag(cmd, 'spec-width', v['spec-width'], 0, 0) } : {}) };
+}
+
 export function samplingFromFlags(cmd: string, v: SamplingFlags): SamplingOptions {
   const int = (name: keyof SamplingFlags): number | undefined => (v[name] === undefined ? undefined : parseIntFlag(cmd, name, v[name], 0, 0));
   return {
@@ -115,12 +132,7 @@ The report compares peak RSS with the budget: above it, one warning line on stde
 "over_budget": true in --json (docs/MEMORY.md says what the plan counts).
 
   --strict-memory        exit 5 (after the output and report) when peak RSS ended above the budget
-  --drafter DIR     draft with a DSpark checkpoint (docs/DSPARK.md): its block of proposals from K3's
-                    tapped states, verified in one forward; greedy output is the same bytes as
-                    without. Its forward is the float64 REFERENCE path: small drafters only
-                    (k3 synth --drafter LAYOUT --target MODEL). Not with --spec
-  --spec-width N    with --drafter: verify exactly N proposals every sweep (default: the block,
-                    pausing while nothing is accepted)
+${DRAFTER_HELP}
 
   -p, --prompt TEXT      the prompt
   -f, --prompt-file F    the prompt from a file (- = stdin)
@@ -140,7 +152,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'run',
       args,
-      { 'strict-memory': { type: 'boolean' }, ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, drafter: { type: 'string' }, 'spec-width': { type: 'string' }, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
+      { 'strict-memory': { type: 'boolean' }, ids: { type: 'string' }, prompt: { type: 'string', short: 'p' }, 'prompt-file': { type: 'string', short: 'f' }, tok: { type: 'string' }, gen: { type: 'string' }, json: { type: 'boolean' }, chat: { type: 'boolean' }, system: { type: 'string' }, 'stop-at-eos': { type: 'boolean' }, printable: { type: 'boolean' }, 'no-thinking': { type: 'boolean' }, ...DRAFTER_OPTIONS, ...SAMPLING_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -150,9 +162,7 @@ ${MODEL_HELP}`,
     const gen = parseIntFlag('run', values['max-tokens'] !== undefined ? 'max-tokens' : 'gen', values['max-tokens'] ?? values.gen, 16, 1);
     const sampler = new Sampler(samplingFromFlags('run', values));
     const spec = parseIntFlag('run', 'spec', values.spec, 0, 0);
-    if (values.drafter !== undefined && values.spec !== undefined) throw new UserError('run: --drafter and --spec are exclusive');
-    if (values['spec-width'] !== undefined && values.drafter === undefined) throw new UserError('run: --spec-width needs --drafter');
-    const specWidth = values['spec-width'] === undefined ? undefined : parseIntFlag('run', 'spec-width', values['spec-width'], 0, 0);
+    const { drafter, specWidth } = drafterFromFlags('run', values);
     if (values.chat && values.ids) throw new UserError('run: --chat wraps a text prompt; give --prompt or --prompt-file');
     if (values.system !== undefined && !values.chat) throw new UserError('run: --system needs --chat');
     if (values['no-thinking'] && !values.chat) throw new UserError('run: --no-thinking needs --chat');
@@ -187,7 +197,7 @@ ${MODEL_HELP}`,
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];
       const show = values.printable && tok ? printable(tok) : (s: string) => s;
       let printed = 0;
-      const g = kimi.generate(ids, { ...sampler.opts, maxTokens: Math.min(gen, room), stop: stopStrings, ignoreEos: !stopAtEos, spec, drafter: values.drafter, specWidth, report: true, signal: interrupt });
+      const g = kimi.generate(ids, { ...sampler.opts, maxTokens: Math.min(gen, room), stop: stopStrings, ignoreEos: !stopAtEos, spec, drafter, specWidth, report: true, signal: interrupt });
       for await (const ev of g) {
         if (values.json) continue;
         process.stdout.write(tok ? show(ev.text) : `${ev.id} `);

@@ -6,6 +6,8 @@ import type { Command } from './command.js';
 import { parse, parseIntFlag } from './args.js';
 import { untilStopped } from './signals.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
+import { DRAFTER_HELP, DRAFTER_OPTIONS, drafterFromFlags } from './run.js';
+import { checkDrafter, type DrafterChoice } from '../api/index.js';
 import { startServer } from '../server/server.js';
 import { samplingDefaults } from '../server/generation-config.js';
 import { UserError } from '../util/errors.js';
@@ -17,7 +19,7 @@ const STOP_GRACE_MS = 2000;
 
 export const command: Command = {
   summary: 'serve a model over an OpenAI-compatible HTTP API, with a chat page at /',
-  help: `usage: k3 serve MODEL [--host H] [--port P] [--api-key KEY [--metrics-open]] [--parallel N] [model options]
+  help: `usage: k3 serve MODEL [--host H] [--port P] [--api-key KEY [--metrics-open]] [--parallel N] [--drafter DIR [--spec-width N]] [model options]
 
 Serves POST /v1/chat/completions (streamed or not), POST /v1/completions, GET /v1/models,
 POST /v1/messages (Anthropic's), Ollama's /api/chat, /api/generate, /api/tags, /api/show,
@@ -46,6 +48,10 @@ about 2 s (a second signal: at once).
   --vendor-params   K3: the hosted API's fixed sampling (temperature 1.0 thinking / 0.6 not, top_p
                     0.95, no penalties, n 1); other values get a 400 as there. Without it, a
                     request's values are used, and generation_config.json's where it sends none
+${DRAFTER_HELP}
+                    Every generation drafts with it and runs alone (not batched), except replies
+                    held to a structure (tools, response_format) and Ollama's /api/generate;
+                    /metrics gains k3_spec_* counters
 ${MODEL_HELP}`,
   async run(args) {
     // V8 grows the young generation (default: up to 16 MiB semi-spaces) when much survives a
@@ -57,7 +63,7 @@ ${MODEL_HELP}`,
     const { values, positionals } = parse(
       'serve',
       args,
-      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, 'max-tokens': { type: 'string', short: 'n' }, 'no-thinking': { type: 'boolean' }, 'vendor-params': { type: 'boolean' }, 'metrics-open': { type: 'boolean' }, ...MODEL_OPTIONS },
+      { host: { type: 'string' }, port: { type: 'string' }, 'api-key': { type: 'string' }, name: { type: 'string' }, parallel: { type: 'string' }, queue: { type: 'string' }, 'body-limit': { type: 'string' }, tok: { type: 'string' }, 'max-tokens': { type: 'string', short: 'n' }, 'no-thinking': { type: 'boolean' }, 'vendor-params': { type: 'boolean' }, 'metrics-open': { type: 'boolean' }, ...DRAFTER_OPTIONS, ...MODEL_OPTIONS },
       1,
     );
     const dir = positionals[0]!;
@@ -69,6 +75,7 @@ ${MODEL_HELP}`,
     const defaultMaxTokens = values['max-tokens'] === undefined ? undefined : parseIntFlag('serve', 'max-tokens', values['max-tokens'], 1, 1);
     const apiKey = values['api-key'] ?? process.env.K3_API_KEY;
     if (apiKey === '') throw new UserError(`serve: ${values['api-key'] !== undefined ? '--api-key' : 'K3_API_KEY'} is empty: no request could pass it (give a key, or none to serve without one)`);
+    const drafterFlags = drafterFromFlags('serve', values);
     checkModelDir('serve', dir);
     const defaults = samplingDefaults(dir);
     const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel };
@@ -77,7 +84,13 @@ ${MODEL_HELP}`,
     const name = values.name ?? path.basename(path.resolve(dir));
     let srv;
     try {
-      srv = await startServer(kimi, { host: values.host, port, apiKey, metricsOpen: values['metrics-open'] ?? false, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
+      // checked (and its weights loaded) before listening: a bad --drafter DIR is one line, not a 500 per request
+      let drafter: DrafterChoice | undefined;
+      if (drafterFlags.drafter !== undefined) {
+        const { block: _, ...choice } = checkDrafter(kimi, drafterFlags.drafter, drafterFlags.specWidth);
+        drafter = choice;
+      }
+      srv = await startServer(kimi, { drafter, host: values.host, port, apiKey, metricsOpen: values['metrics-open'] ?? false, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
     } catch (e) {
       await kimi.close();
       throw e;

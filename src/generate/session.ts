@@ -19,7 +19,8 @@ import { Sampler, deriveSeed, type SamplingOptions } from './sampling.js';
 import { loadState, saveState, type LoadedState } from './state-file.js';
 import { TextStopper, usableStopIds, type StopReason } from './stop.js';
 import { DraftGate, sweep, type Choose } from './spec.js';
-import { acceptDraft } from './spec-sample.js';
+import { acceptDraft, acceptDraftFrom } from './spec-sample.js';
+import { loadDSpark, type DSparkDrafter } from './dspark-draft.js';
 import { SuffixDrafter } from './suffix-draft.js';
 
 export interface SessionOptions {
@@ -39,6 +40,18 @@ export interface SessionOptions {
   thinking?: boolean;
   /** Speculative decoding: most tokens drafted per step from the longest earlier match in the conversation (suffix-draft.ts) (default 0 = off). */
   spec?: number;
+  /** A DSpark drafter directory (docs/DSPARK.md): its block, drafted from K3's tapped states, verified in one
+   *  forward per sweep (greedy output is the same bytes). Not with `spec`. */
+  drafter?: string;
+  /** With `drafter`: verify exactly this many proposals every sweep (at most its block). */
+  specWidth?: number;
+}
+
+/** What a turn streams to: the reply's text, every generated id, and the flag that stops it. */
+export interface TurnIo {
+  onText?: (s: string) => void;
+  onId?: (id: number) => void;
+  abort?: AbortFlag;
 }
 
 /** Set `aborted` (e.g. from a SIGINT handler) to stop the turn at the next token. */
@@ -75,6 +88,10 @@ export class ChatSession {
   private note: string | null = null;
   // (spec) indexes the whole conversation once: a turn adds only its new ids; an edit rebuilds
   private readonly drafter = new SuffixDrafter();
+  /** The DSpark drafter (SessionOptions.drafter): the taps of every forward of the session go to it. */
+  private readonly dspark: DSparkDrafter | null;
+  /** Most drafts per sweep: spec, or the drafter's width. */
+  private readonly width: number;
   lastTurn: TurnResult | null = null;
   turns = 0;
   readonly format: TokenizerFamily;
@@ -94,6 +111,8 @@ export class ChatSession {
     this.stopIds = opts.ignoreEos ? [] : usableStopIds(tok, stopTokenIds(tok, model.config.eosTokenIds), model.config.vocabSize);
     this.chunk = opts.chunk ?? 64;
     this.maxTokens = opts.maxTokens ?? 512;
+    this.dspark = sessionDrafter(model, opts);
+    this.width = this.dspark ? (opts.specWidth ?? this.dspark.config.block) : (opts.spec ?? 0);
   }
 
   private render(messages: ChatMessage[], gen: boolean): number[] {
@@ -125,16 +144,12 @@ export class ChatSession {
 
   /** One user turn: feed the new context, then generate the reply (streamed to onText; onId
    *  sees every generated id, the stop id included). */
-  async turn(text: string, io: { onText?: (s: string) => void; onId?: (id: number) => void; abort?: AbortFlag } = {}): Promise<TurnResult> {
+  async turn(text: string, io: TurnIo = {}): Promise<TurnResult> {
     const abort = io.abort ?? { aborted: false };
     const target = [...this.history, ...(this.open ? this.closing() : []), ...this.userPiece(text)];
+    const none = { ids: [], text: '', promptSeconds: 0, decodeTokens: 0, decodeSeconds: 0, rebuilt: null, interruptedInPrompt: false };
     // The context the memory was planned for (--ctx) ends the conversation, as in `k3 run`.
-    const ctx = this.model.store.plan.ctx;
-    if (target.length >= ctx) {
-      const r: TurnResult = { ids: [], text: '', reason: 'context', promptIds: [], promptSeconds: 0, decodeTokens: 0, decodeSeconds: 0, reused: 0, rebuilt: null, interruptedInPrompt: false };
-      this.lastTurn = r;
-      return r;
-    }
+    if (target.length >= this.ctx) return (this.lastTurn = { ...none, reason: 'context', promptIds: [], reused: 0 });
     let rebuilt: string | null = null;
     const have = this.state.tokens;
     let i = 0;
@@ -146,30 +161,44 @@ export class ChatSession {
     }
     const reused = this.state.position;
     const feed = target.slice(reused);
-    const model = this.model;
-    const V = model.config.vocabSize;
     const t0 = performance.now();
-    let logits: Float32Array = new Float32Array(0);
-    for (let s = 0; s < feed.length; s += this.chunk) {
-      const part = feed.slice(s, s + this.chunk);
-      logits = await model.forward(this.state, part, s + this.chunk >= feed.length ? 'last' : 'none', this.chunk);
-      await yieldToEvents();
-      if (abort.aborted && s + this.chunk < feed.length) {
-        // The state now holds part of this prompt: the next turn will not match it and rebuilds.
-        const r: TurnResult = { ids: [], text: '', reason: 'interrupted', promptIds: feed.slice(0, s + part.length), promptSeconds: (performance.now() - t0) / 1000, decodeTokens: 0, decodeSeconds: 0, reused, rebuilt, interruptedInPrompt: true };
-        this.lastTurn = r;
-        return r;
-      }
-    }
+    const logits = await this.feed(feed, abort);
     const promptSeconds = (performance.now() - t0) / 1000;
+    if (typeof logits === 'number') {
+      // The state now holds part of this prompt: the next turn will not match it and rebuilds.
+      return (this.lastTurn = { ...none, reason: 'interrupted', promptIds: feed.slice(0, logits), promptSeconds, reused, rebuilt, interruptedInPrompt: true });
+    }
     this.history = target;
     this.open = false;
     this.turns++;
-
     const stopper = new TextStopper(this.tok, { stopIds: this.stopIds, stopStrings: this.opts.stopStrings, maxTokens: this.maxTokens });
     this.sampler.reseed(deriveSeed(this.sampler.opts.seed, target.length));
+    // sampled replies: the drafter samples its block at the sampler's temperature (its own stream of the turn's seed)
+    if (this.dspark && !this.sampler.greedy) this.dspark.sampleFrom(this.sampler.opts.temperature, BigInt(deriveSeed(this.sampler.opts.seed, target.length)) ^ 0x44537061726bn);
     const t1 = performance.now();
-    let decodeTokens = 0;
+    const decodeTokens = await this.reply(logits, stopper, io, abort);
+    const decodeSeconds = (performance.now() - t1) / 1000;
+    this.open = stopper.reason !== 'stop_token';
+    this.note = null;
+    return (this.lastTurn = { ids: stopper.ids, text: stopper.text, reason: stopper.reason!, promptIds: feed, promptSeconds, decodeTokens, decodeSeconds, reused, rebuilt, interruptedInPrompt: false });
+  }
+
+  /** Run `feed` through the model in chunks (with the drafter's taps): the last logits, or how many ids went in before an abort. */
+  private async feed(feed: number[], abort: AbortFlag): Promise<Float32Array | number> {
+    const chunk = this.chunk;
+    let logits: Float32Array = new Float32Array(0);
+    for (let s = 0; s < feed.length; s += chunk) {
+      const part = feed.slice(s, s + chunk);
+      logits = await this.model.forward(this.state, part, s + chunk >= feed.length ? 'last' : 'none', chunk, this.dspark?.taps);
+      await yieldToEvents();
+      if (abort.aborted && s + chunk < feed.length) return s + part.length;
+    }
+    return logits;
+  }
+
+  /** Generate the reply from the prompt's last logits: sweeps of drafts (spec, drafter) or plain steps; returns the decode steps' tokens. */
+  private async reply(logits: Float32Array, stopper: TextStopper, io: TurnIo, abort: AbortFlag): Promise<number> {
+    const V = this.model.config.vocabSize;
     let emitted = 0;
     const emit = (id: number): boolean => {
       emitted++;
@@ -178,38 +207,39 @@ export class ChatSession {
       const r = stopper.push(id);
       if (r.text) io.onText?.(r.text);
       if (r.stop) return true;
-      if (this.history.length >= ctx) {
-        const rest = stopper.finish('context'); // finish even when nobody reads the text
-        if (rest) io.onText?.(rest);
-        return true;
-      }
-      if (abort.aborted) {
-        const rest = stopper.finish('interrupted');
-        if (rest) io.onText?.(rest);
-        return true;
-      }
-      return false;
+      const why = this.history.length >= this.ctx ? 'context' : abort.aborted ? 'interrupted' : null;
+      if (why === null) return false;
+      const rest = stopper.finish(why); // finish even when nobody reads the text
+      if (rest) io.onText?.(rest);
+      return true;
     };
-    // The id at each position: sampled, or (speculation) a draft decided by the acceptance rule.
-    const choose: Choose = (l, draft) => (draft === undefined ? { id: this.sampler.sample(l, this.history, V), accepted: false } : acceptDraft(this.sampler, l, draft, this.history, V));
-    const spec = this.opts.spec ?? 0;
+    // The id at each position: sampled, or a draft decided by the acceptance rule (DSpark's against its own q).
+    const choose: Choose = (l, draft, i) => {
+      if (draft === undefined) return { id: this.sampler.sample(l, this.history, V), accepted: false };
+      const q = this.dspark?.lastQ[i];
+      return q ? acceptDraftFrom(this.sampler, l, draft, q, this.history, V) : acceptDraft(this.sampler, l, draft, this.history, V);
+    };
     const gate = new DraftGate();
+    let decodeTokens = 0;
     let stopped = emit(choose(logits, undefined, 0).id);
     while (!stopped) {
-      const room = gate.allow(Math.min(spec, this.maxTokens - emitted - 1));
-      const drafts = room > 0 ? this.drafter.draft(this.history, room) : [];
-      const r = await sweep(model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit);
+      const most = Math.min(this.width, this.maxTokens - emitted - 1);
+      const room = this.opts.specWidth !== undefined ? most : gate.allow(most);
+      const drafts = room > 0 ? this.draftFor(room) : [];
+      const r = await sweep(this.model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit, this.dspark?.taps);
       gate.result(r.drafted, r.accepted);
       decodeTokens += r.emitted;
       stopped = r.stopped;
       await yieldToEvents();
     }
-    const decodeSeconds = (performance.now() - t1) / 1000;
-    this.open = stopper.reason !== 'stop_token';
-    const r: TurnResult = { ids: stopper.ids, text: stopper.text, reason: stopper.reason!, promptIds: feed, promptSeconds, decodeTokens, decodeSeconds, reused, rebuilt, interruptedInPrompt: false };
-    this.lastTurn = r;
-    this.note = null;
-    return r;
+    return decodeTokens;
+  }
+
+  /** Up to `room` drafts: DSpark's block when its taps cover the conversation (not after a /load), else the suffix drafter's. */
+  private draftFor(room: number): number[] {
+    const d = this.dspark;
+    if (!d) return this.drafter.draft(this.history, room);
+    return d.covers(this.history.length - 1) ? d.draft(this.history, room) : [];
   }
 
   /** Tokens the conversation may hold (--ctx). */
@@ -221,6 +251,7 @@ export class ChatSession {
   reset(): void {
     this.model.release(this.state);
     this.state = this.model.newState();
+    this.dspark?.forget();
     this.history = [];
     this.open = false;
     this.lastTurn = null;
@@ -246,6 +277,7 @@ export class ChatSession {
   load(file: string): LoadedState {
     const l = loadState(file, this.model);
     this.model.release(this.state);
+    this.dspark?.forget(); // the loaded positions' taps were never seen: no DSpark drafts until a reset
     this.state = l.state;
     this.history = [...l.state.tokens, ...l.pending];
     this.open = l.open;
@@ -267,6 +299,19 @@ export class ChatSession {
     }
     return lines.join('\n');
   }
+}
+
+/** The session's DSpark drafter, refused with one line for options that do not go with it. */
+function sessionDrafter(model: Model, opts: SessionOptions): DSparkDrafter | null {
+  if (opts.drafter === undefined) {
+    if (opts.specWidth !== undefined) throw new UserError('--spec-width needs --drafter');
+    return null;
+  }
+  if ((opts.spec ?? 0) > 0) throw new UserError('--drafter and --spec are exclusive (spec drafts from the text, drafter from a DSpark checkpoint)');
+  const d = loadDSpark(model, opts.drafter!);
+  const w = opts.specWidth;
+  if (w !== undefined && (!Number.isSafeInteger(w) || w < 0 || w > d.config.block)) throw new UserError(`--spec-width ${w} is not an integer in 0..${d.config.block} (the drafter's block)`);
+  return d;
 }
 
 function isPrefix(a: readonly number[], b: readonly number[]): boolean {

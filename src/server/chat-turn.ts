@@ -110,6 +110,8 @@ export function prepareTurn(served: Served, body: Body, text?: string, sampling:
   // made here, so a request it refuses gets its 400 before anything is streamed
   const constraint = kimi.replyConstraint(prompt, opts);
   if (constraint) opts.constraint = constraint;
+  // --drafter: replies held to a structure (tools, response_format) are not drafted (spec and constraints are exclusive)
+  else if (served.drafter) Object.assign(opts, served.drafter);
   // a server default (--max-tokens) never leaves a request without room for its structure
   const asked = body.max_tokens ?? body.max_completion_tokens;
   if (constraint && (asked === undefined || asked === null) && constraint.minTokens >= opts.maxTokens!) opts.maxTokens = Math.min(room, 2 * constraint.minTokens);

@@ -115,7 +115,7 @@ export async function completions(s: Served, req: IncomingMessage, res: ServerRe
   const stream = bool(b, 'stream') ?? false;
   const id = `cmpl-${randomUUID()}`;
   const base = { id, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: s.name };
-  const gen = s.kimi.generate(ids, { ...opts, ignoreEos: false, signal: clientGone(req, res) });
+  const gen = s.kimi.generate(ids, { ...opts, ...s.drafter, ignoreEos: false, signal: clientGone(req, res) });
   const lp = { tokens: [] as string[], token_logprobs: [] as number[], top_logprobs: [] as Record<string, number>[], text_offset: [] as number[] };
   let text = '';
   const note = (e: TokenEvent) => {

@@ -1,7 +1,8 @@
 // GET /metrics: Prometheus text exposition (version 0.0.4) of the server's counters, the engine's
-// tokens, and the weight store's reads and expert cache.
+// tokens, the weight store's reads and expert cache, and speculation (--drafter: sweeps, drafts
+// and acceptance per position, bytes read per emitted token).
 
-import type { KimiModel } from '../api/index.js';
+import { specStats, type KimiModel } from '../api/index.js';
 
 export class Counters {
   readonly byStatus = new Map<number, number>();
@@ -33,6 +34,24 @@ export function metricsText(kimi: KimiModel, c: Counters): string {
   metric('k3_queue_length', 'gauge', 'Requests waiting for a sequence slot.', [['', e.queued]]);
   metric('k3_active_sequences', 'gauge', 'Sequences being generated.', [['', e.active]]);
   metric('k3_prefix_cache_bytes', 'gauge', 'Bytes of held prefix states.', [['', kimi.engine.cache.bytes]]);
+  specMetrics(kimi, metric);
   metric('k3_uptime_seconds', 'gauge', 'Seconds since the server started.', [['', (performance.now() - c.started) / 1000]]);
   return lines.join('\n') + '\n';
+}
+
+type Metric = (name: string, type: string, help: string, samples: [string, number][]) => void;
+
+/** The speculative generations' counters (api spec-stats.ts, from their run recorders). */
+function specMetrics(kimi: KimiModel, metric: Metric): void {
+  const s = specStats(kimi.model);
+  const byPos = (a: number[]): [string, number][] => a.map((n, k) => [`{position="${k + 1}"}`, n]);
+  metric('k3_spec_generations_total', 'counter', 'Speculative generations finished (--drafter, or a request with spec).', [['', s.generations]]);
+  metric('k3_spec_sweeps_total', 'counter', 'Verification sweeps (one forward over the current token and its drafts).', [['', s.sweeps]]);
+  metric('k3_spec_drafted_tokens_total', 'counter', 'Draft tokens verified.', [['', s.drafted]]);
+  metric('k3_spec_accepted_tokens_total', 'counter', 'Draft tokens the model accepted.', [['', s.accepted]]);
+  metric('k3_spec_emitted_tokens_total', 'counter', 'Tokens emitted by the sweeps (accepted drafts and the token after them).', [['', s.emitted]]);
+  metric('k3_spec_drafted_by_position_total', 'counter', 'Sweeps that drafted position k (1 = right after the current token).', byPos(s.draftedAt));
+  metric('k3_spec_accepted_by_position_total', 'counter', 'Sweeps whose draft at position k was accepted.', byPos(s.acceptedAt));
+  metric('k3_spec_read_bytes_total', 'counter', "Weight bytes the sweeps read, the drafter's own reads of the target included.", [['', s.sweepBytes + s.drafterBytes]]);
+  metric('k3_spec_read_bytes_per_emitted_token', 'gauge', 'Weight bytes read per token emitted by the sweeps, since start.', [['', s.emitted > 0 ? (s.sweepBytes + s.drafterBytes) / s.emitted : 0]]);
 }

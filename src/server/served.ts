@@ -1,7 +1,7 @@
 // What every route of the server is handed: the loaded model, the name it is served as, the
 // context the server was planned for, and the sampling rules it applies.
 
-import type { KimiModel } from '../api/index.js';
+import type { DrafterChoice, KimiModel } from '../api/index.js';
 
 /** Sampling values used where a request sends none (the model's generation_config.json). */
 export interface SamplingDefaults {
@@ -20,4 +20,6 @@ export interface Served {
   thinking?: boolean;
   /** Tokens a chat reply may take when the request sends no max_tokens (default: the context). */
   defaultMaxTokens?: number;
+  /** `--drafter`: every generation drafts with it (checked at start: checkDrafter), but replies held to a structure. */
+  drafter?: DrafterChoice;
 }

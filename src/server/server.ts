@@ -8,7 +8,7 @@
 
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { KimiModel } from '../api/index.js';
+import type { DrafterChoice, KimiModel } from '../api/index.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { isMessagesPath, messagesRoute, sendAnthropicError } from './anthropic.js';
 import { readJson } from './body.js';
@@ -42,6 +42,8 @@ export interface ServeOptions {
   thinking?: boolean;
   /** Most tokens of a chat reply whose request sends no max_tokens (`--max-tokens`; default: the context). */
   defaultMaxTokens?: number;
+  /** `--drafter DIR [--spec-width N]`, checked with checkDrafter: every generation drafts with it. */
+  drafter?: DrafterChoice;
 }
 
 export interface RunningServer {
@@ -52,7 +54,7 @@ export interface RunningServer {
 
 export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<RunningServer> {
   if (o.apiKey === '') throw new UserError('serve: the API key is empty: no request could pass it (give a key, or none to serve without one)');
-  const served: Served = { kimi, name: o.name, maxContext: o.maxContext, defaults: o.defaults, vendorParams: o.vendorParams, thinking: o.thinking, defaultMaxTokens: o.defaultMaxTokens };
+  const served: Served = { kimi, name: o.name, maxContext: o.maxContext, defaults: o.defaults, vendorParams: o.vendorParams, thinking: o.thinking, defaultMaxTokens: o.defaultMaxTokens, drafter: o.drafter };
   const counters = new Counters();
   const bodyLimit = o.bodyLimit ?? 4 << 20;
   const maxQueue = o.maxQueue ?? 64;
