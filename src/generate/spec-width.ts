@@ -31,6 +31,11 @@ export interface WidthOptions {
   maxPause?: number;
   /** 'bytes': tokens per byte; 'seconds': tokens per second; 'auto' (default): bytes while the run waits on reads more than half the time. */
   objective?: 'bytes' | 'seconds' | 'auto';
+  /**
+   * Until two widths are timed, each verified draft is taken to add this share of a plain sweep's
+   * seconds where the run reads nothing (all resident: bytes price every width at 0). Default 0.25.
+   */
+  positionCost?: number;
 }
 
 /** What one sweep cost, from the store's counters and the clock. */
@@ -98,7 +103,7 @@ export class WidthModel {
   private confident = false;
 
   constructor(opts: WidthOptions = {}) {
-    this.o = { prior: opts.prior ?? [0.5], priorWeight: opts.priorWeight ?? 1, decay: opts.decay ?? 0.8, fixedBytes: opts.fixedBytes ?? 0, expertBytes: opts.expertBytes ?? 0, draftBytes: opts.draftBytes ?? 0, pause: opts.pause ?? 4, probeShare: opts.probeShare ?? 0.03, maxPause: opts.maxPause ?? 64, objective: opts.objective ?? 'auto' };
+    this.o = { prior: opts.prior ?? [0.5], priorWeight: opts.priorWeight ?? 1, decay: opts.decay ?? 0.8, fixedBytes: opts.fixedBytes ?? 0, expertBytes: opts.expertBytes ?? 0, draftBytes: opts.draftBytes ?? 0, pause: opts.pause ?? 4, probeShare: opts.probeShare ?? 0.03, maxPause: opts.maxPause ?? 64, objective: opts.objective ?? 'auto', positionCost: opts.positionCost ?? 0.25 };
     if (this.o.prior.length === 0 || this.o.prior.some((p) => !(p >= 0 && p <= 1))) throw new Error(`width model: prior ${JSON.stringify(this.o.prior)} is not a list of probabilities`);
     if (!(this.o.decay > 0 && this.o.decay <= 1)) throw new Error(`width model: decay ${this.o.decay} is not in (0, 1]`);
     this.fixed = this.o.fixedBytes;
@@ -158,7 +163,17 @@ export class WidthModel {
     return this.fixed + this.expertAt(w) + (w > 0 ? this.o.draftBytes : 0);
   }
 
-  /** Predicted seconds of a sweep of width w: a line through the widths measured (weighted least squares), else scaled from the one measured by bytes, else bytes. */
+  /** Whether the store reads anything for a sweep: if not, bytes price every width alike. */
+  private get reads(): boolean {
+    return this.bytesAt(0) > 0;
+  }
+
+  /** A sweep's cost relative to a plain one before two widths are timed: its bytes, or where nothing is read, positionCost per draft. */
+  private shape(w: number): number {
+    return this.reads ? this.bytesAt(w) : 1 + this.o.positionCost * w;
+  }
+
+  /** Predicted seconds of a sweep of width w: a line through the widths measured (weighted least squares), else scaled from the one measured by shape(), else shape() itself. */
   secondsAt(w: number): number {
     let n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, widths = 0, only = -1;
     for (let x = 0; x <= MAX_POSITIONS; x++) {
@@ -173,14 +188,16 @@ export class WidthModel {
       const b = Math.max(0, (n * sxy - sx * sy) / (n * sxx - sx * sx));
       return Math.max(1e-9, (sy - b * sx) / n + b * w);
     }
-    if (widths === 1) return (this.tSum[only]! / this.tN[only]!) * (this.bytesAt(w) / Math.max(1, this.bytesAt(only)));
-    return this.bytesAt(w);
+    if (widths === 1) return (this.tSum[only]! / this.tN[only]!) * (this.shape(w) / this.shape(only));
+    return this.shape(w);
   }
 
   /** Which cost the width is chosen for now. */
   get objective(): 'bytes' | 'seconds' {
     if (this.o.objective !== 'auto') return this.o.objective;
-    // waiting on reads: bytes are the time, and counted exactly, without the clock's noise
+    // waiting on reads: bytes are the time, and counted exactly, without the clock's noise;
+    // a run that reads nothing has only the clock
+    if (!this.reads) return 'seconds';
     return this.ioShare >= 0.5 || this.tN.every((c) => c < 0.5) ? 'bytes' : 'seconds';
   }
 

@@ -130,6 +130,19 @@ test('width model: bytes measured replace the priors; seconds are fitted by widt
   assert.throws(() => new WidthModel({ prior: [1.5] }), /prior/);
 });
 
+test('width model: a run that reads nothing (all resident) prices widths by seconds, each draft a quarter sweep until timed', () => {
+  const m = new WidthModel();
+  assert.equal(m.objective, 'seconds');
+  assert.equal(m.secondsAt(4), 2);
+  // a confident drafter is believed from the first sweep, and a weak one is not drafted for
+  assert.equal(m.choose(7, [0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95]).width, 7);
+  assert.equal(new WidthModel().choose(7, [0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]).width, 0);
+  // one width timed: the others scale from it by the same shape
+  m.record({ width: 7, accepted: 7, seconds: 2.75, bytes: 0, expertBytes: 0, ioWaitSeconds: 0 });
+  assert.ok(Math.abs(m.secondsAt(0) - 1) < 1e-9, `${m.secondsAt(0)}`);
+  assert.equal(m.choose(7, [0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95]).width, 7);
+});
+
 /** Drafts the true continuation with a random spoiled position, and says how sure it is (seeded). */
 class FakeDrafter implements Drafter {
   lastConfidence: number[] | null = null;
