@@ -18,7 +18,8 @@ import { UserError } from '../util/errors.js';
 import { Sampler, deriveSeed, type SamplingOptions } from './sampling.js';
 import { loadState, saveState, type LoadedState } from './state-file.js';
 import { TextStopper, usableStopIds, type StopReason } from './stop.js';
-import { DraftGate, sweep, type Choose } from './spec.js';
+import { storePriors, sweep, sweepCost, widthDrafts, type Choose } from './spec.js';
+import { WidthModel } from './spec-width.js';
 import { acceptDraft, acceptDraftFrom } from './spec-sample.js';
 import { loadDSpark, type DSparkDrafter } from './dspark-draft.js';
 import { SuffixDrafter } from './suffix-draft.js';
@@ -92,6 +93,8 @@ export class ChatSession {
   private readonly dspark: DSparkDrafter | null;
   /** Most drafts per sweep: spec, or the drafter's width. */
   private readonly width: number;
+  /** How many drafts each sweep verifies (spec-width.ts), learnt over the session's turns; null with --spec-width. */
+  private readonly widths: WidthModel | null;
   lastTurn: TurnResult | null = null;
   turns = 0;
   readonly format: TokenizerFamily;
@@ -113,6 +116,7 @@ export class ChatSession {
     this.maxTokens = opts.maxTokens ?? 512;
     this.dspark = sessionDrafter(model, opts);
     this.width = this.dspark ? (opts.specWidth ?? this.dspark.config.block) : (opts.spec ?? 0);
+    this.widths = opts.specWidth !== undefined ? null : new WidthModel(storePriors(model));
   }
 
   private render(messages: ChatMessage[], gen: boolean): number[] {
@@ -219,15 +223,15 @@ export class ChatSession {
       const q = this.dspark?.lastQ[i];
       return q ? acceptDraftFrom(this.sampler, l, draft, q, this.history, V) : acceptDraft(this.sampler, l, draft, this.history, V);
     };
-    const gate = new DraftGate();
     let decodeTokens = 0;
     let stopped = emit(choose(logits, undefined, 0).id);
     while (!stopped) {
-      const most = Math.min(this.width, this.maxTokens - emitted - 1);
-      const room = this.opts.specWidth !== undefined ? most : gate.allow(most);
-      const drafts = room > 0 ? this.draftFor(room) : [];
+      const confidence = () => (this.dspark ? this.dspark.lastConfidence : this.drafter.lastConfidence);
+      const drafts = widthDrafts(this.widths, Math.min(this.width, this.maxTokens - emitted - 1), (most) => this.draftFor(most), confidence);
+      const before = { ...this.model.store.stats };
+      const t0 = performance.now();
       const r = await sweep(this.model, this.state, this.history[this.history.length - 1]!, drafts, choose, emit, this.dspark?.taps);
-      gate.result(r.drafted, r.accepted);
+      this.widths?.record(sweepCost(before, this.model.store.stats, drafts.length, r.accepted, (performance.now() - t0) / 1000));
       decodeTokens += r.emitted;
       stopped = r.stopped;
       await yieldToEvents();

@@ -61,38 +61,6 @@ export async function sweep(model: Model, state: SequenceState, pending: number,
   return { drafted: drafts.length, accepted, emitted, stopped };
 }
 
-/**
- * Stops drafting while the drafter keeps missing, so that a useless drafter costs little: after a
- * sweep with nothing accepted it pauses for 4 steps, then probes with a single drafted token; each
- * further miss doubles the pause (up to 64). Any accepted draft restores full drafts.
- */
-export class DraftGate {
-  private pause = 0;
-  private wait = 0;
-  private probing = false;
-
-  /** How many tokens this step may draft, at most `max` (0: draft nothing). */
-  allow(max: number): number {
-    if (this.wait > 0) {
-      this.wait--;
-      return 0;
-    }
-    return this.probing ? Math.min(1, max) : max;
-  }
-
-  result(drafted: number, accepted: number): void {
-    if (drafted === 0) return;
-    if (accepted > 0) {
-      this.pause = 0;
-      this.probing = false;
-      return;
-    }
-    this.pause = Math.min(this.pause ? 2 * this.pause : 4, 64);
-    this.wait = this.pause;
-    this.probing = true;
-  }
-}
-
 export interface SpecOptions extends GenerateOptions {
   /** Most tokens drafted per sweep (>= 1). */
   spec: number;
@@ -138,9 +106,12 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
     const pending = generated[generated.length - 1]!;
     // a sweep emits at most drafts + 1 ids: never draft past the token limit
     const most = Math.min(opts.spec, n - generated.length - 1);
-    let drafts = most > 0 && (!widths || widths.begin(most)) ? opts.drafter.draft([...prompt, ...generated], most) : [];
-    const draftedAny = drafts.length > 0;
-    if (widths && draftedAny) drafts = drafts.slice(0, widths.choose(drafts.length, opts.drafter.lastConfidence).width);
+    let draftedAny = false;
+    const drafts = widthDrafts(widths, most, (k) => {
+      const d = opts.drafter.draft([...prompt, ...generated], k);
+      draftedAny = d.length > 0;
+      return d;
+    }, () => opts.drafter.lastConfidence);
     const before = { ...model.store.stats };
     const s = performance.now();
     const r = await sweep(model, state, pending, drafts, choose, emit, taps);
@@ -157,8 +128,20 @@ export async function speculative(model: Model, state: SequenceState, prompt: nu
   return { generated, prefillSeconds, stepSeconds };
 }
 
+/**
+ * The drafts one sweep verifies, at most `most`: none while the width model pauses, else what
+ * `draft` offers cut to the width it chooses from `confidence()` (read after drafting); without a
+ * width model (--spec-width) all of them.
+ */
+export function widthDrafts(widths: WidthModel | null, most: number, draft: (most: number) => number[], confidence: () => readonly number[] | null | undefined): number[] {
+  if (most <= 0 || (widths && !widths.begin(most))) return [];
+  const drafts = draft(most);
+  if (!widths || drafts.length === 0) return drafts;
+  return drafts.slice(0, widths.choose(drafts.length, confidence()).width);
+}
+
 /** The plan's bytes as the width model's priors: the streamed trunk, and one position's expert reads (top-k of each MoE layer, missed in proportion to the cache). */
-function storePriors(model: Model): WidthOptions {
+export function storePriors(model: Model): WidthOptions {
   const p = model.store.plan;
   const moe = model.config.moe;
   const layers = moe.experts > 0 ? p.expertsTotal / moe.experts : 0;
@@ -166,7 +149,7 @@ function storePriors(model: Model): WidthOptions {
   return { fixedBytes: p.streamedBytes, expertBytes: layers * moe.topK * p.expertBytes * missed };
 }
 
-function sweepCost(a: StoreStats, b: StoreStats, width: number, accepted: number, seconds: number): SweepCost {
+export function sweepCost(a: StoreStats, b: StoreStats, width: number, accepted: number, seconds: number): SweepCost {
   const all = (x: StoreStats) => x.trunkBytesRead + x.expertBytesRead + x.embedBytesRead + x.smallBytesRead;
   return { width, accepted, seconds, bytes: all(b) - all(a), expertBytes: b.expertBytesRead - a.expertBytesRead, ioWaitSeconds: (b.ioWaitMs - a.ioWaitMs) / 1000 };
 }

@@ -14,7 +14,7 @@ import { Model } from '../../src/model/model.js';
 import type { SequenceState } from '../../src/model/state.js';
 import { greedy } from '../../src/generate/greedy.js';
 import { NgramDrafter, ReplayDrafter } from '../../src/generate/draft.js';
-import { DraftGate, speculative } from '../../src/generate/spec.js';
+import { speculative } from '../../src/generate/spec.js';
 import { acceptDraft } from '../../src/generate/spec-sample.js';
 import { Sampler } from '../../src/generate/sampling.js';
 import { RunRecorder } from '../../src/generate/report.js';
@@ -217,19 +217,11 @@ test('sampled speculation: the same text for a seed, every run; the acceptance r
   counts.forEach((c, id) => assert.ok(Math.abs(c / N - p.get(id)!) < 0.01, `id ${id}: ${c / N} vs ${p.get(id)}`));
 });
 
-test('drafters and the gate: n-gram lookup, replay shares, stop drafting while missing', () => {
+test('drafters: n-gram lookup, replay shares', () => {
   const ng = new NgramDrafter(3);
   assert.deepEqual(ng.draft([1, 2, 3, 4, 9, 2, 3], 3), [4, 9, 2]);
   assert.deepEqual(ng.draft([1, 2, 3], 2), []);
   assert.deepEqual(new ReplayDrafter([0, 1, 2, 3, 4, 5, 6], 0.5).draft([0, 1], 4), [2, 3, 3, 4]);
-  const g = new DraftGate();
-  assert.equal(g.allow(4), 4);
-  g.result(4, 0);
-  assert.deepEqual(Array.from({ length: 5 }, () => g.allow(4)), [0, 0, 0, 0, 1], 'a miss: a pause of 4 steps, then a probe of one token');
-  g.result(1, 0);
-  assert.deepEqual(Array.from({ length: 9 }, () => g.allow(4)), [0, 0, 0, 0, 0, 0, 0, 0, 1], 'another miss: the pause doubles');
-  g.result(1, 1);
-  assert.equal(g.allow(4), 4, 'a hit restores full drafts');
 });
 
 test('k3 chat with --spec 4: the same greedy replies and state as --spec 0, over several turns', async () => {
