@@ -11,15 +11,18 @@ export interface SamplingDefaults {
 
 export interface Served {
   kimi: KimiModel;
+  /** Name in /v1/models and responses (default: the model directory's name). */
   name: string;
+  /** Most tokens one request may generate. */
   maxContext: number;
+  /** Sampling values for requests that send none (generation_config.json). */
   defaults?: SamplingDefaults;
-  /** Apply the hosted K3 API's fixed sampling parameters (reject what it rejects). */
+  /** The hosted K3 API's fixed sampling parameters, rejecting what it rejects (`--vendor-params`). */
   vendorParams?: boolean;
-  /** K3: think when a request does not say (default true). */
+  /** K3: think when a request does not say (default true; `--no-thinking`). */
   thinking?: boolean;
-  /** Tokens a chat reply may take when the request sends no max_tokens (default: the context). */
+  /** Most tokens of a chat reply whose request sends no max_tokens (`--max-tokens`; default: the context). */
   defaultMaxTokens?: number;
-  /** `--drafter`: every generation drafts with it (checked at start: checkDrafter), but replies held to a structure. */
+  /** `--drafter DIR [--spec-width N]`, checked at start with checkDrafter: every generation drafts with it, but replies held to a structure. */
   drafter?: DrafterChoice;
 }

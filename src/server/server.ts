@@ -8,7 +8,7 @@
 
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { DrafterChoice, KimiModel } from '../api/index.js';
+import type { KimiModel } from '../api/index.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { isMessagesPath, messagesRoute, sendAnthropicError } from './anthropic.js';
 import { readJson } from './body.js';
@@ -17,33 +17,20 @@ import { ApiError, sendError, sendJson } from './errors.js';
 import { Counters, metricsText } from './metrics.js';
 import { isOllamaPath, ollamaRoute, sendOllamaError } from './ollama.js';
 import { loadPage, servePage } from './page.js';
-import type { SamplingDefaults, Served } from './served.js';
+import type { Served } from './served.js';
 
-export interface ServeOptions {
+/** What `k3 serve` is started with: the model's Served settings (served.ts), less the model, and the HTTP side. */
+export interface ServeOptions extends Omit<Served, 'kimi'> {
   host?: string;
   port?: number;
   /** Required as `Authorization: Bearer KEY` on /v1/ routes and /metrics when set (not empty). */
   apiKey?: string;
   /** /metrics answers without the key (`--metrics-open`). */
   metricsOpen?: boolean;
-  /** Name in /v1/models and responses (default: the model directory's name). */
-  name: string;
   /** Largest request body in bytes (default 4 MiB). */
   bodyLimit?: number;
   /** Requests waiting beyond the running ones before 429 (default 64). */
   maxQueue?: number;
-  /** Most tokens one request may generate. */
-  maxContext: number;
-  /** Sampling values for requests that send none (generation_config.json). */
-  defaults?: SamplingDefaults;
-  /** The hosted K3 API's fixed sampling parameters (`--vendor-params`). */
-  vendorParams?: boolean;
-  /** K3: think when a request does not say (default true; `--no-thinking`). */
-  thinking?: boolean;
-  /** Most tokens of a chat reply whose request sends no max_tokens (`--max-tokens`; default: the context). */
-  defaultMaxTokens?: number;
-  /** `--drafter DIR [--spec-width N]`, checked with checkDrafter: every generation drafts with it. */
-  drafter?: DrafterChoice;
 }
 
 export interface RunningServer {
