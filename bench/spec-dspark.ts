@@ -11,7 +11,8 @@
 // The drafter's own reads are counted per drafted sweep without being made (random weights give
 // no drafter worth running): Block5's streamed weights from `k3 plan --drafter` on this checkpoint
 // (the published config, taps moved onto its layers) scaled by its layers over real K3's 93, and
-// K3's lm_head read again for the drafter's logits where the plan streams it, unscaled.
+// K3's lm_head read again for the drafter's logits where the plan streams it, unscaled. The model
+// is planned as `k3 plan --drafter` plans it, the lm_head pinned first (as much of it as fits).
 // Run by bench/spec.ts; alone: npm run build && node dist/bench/spec-dspark.js [--fixed-row] [--json].
 
 import * as fs from 'node:fs';
@@ -26,6 +27,9 @@ import { RunRecorder } from '../src/generate/report.js';
 import { synthCheckpoint } from '../src/synth/synth.js';
 import { formatGB } from '../src/util/format.js';
 import { memoryCap } from './cgroup.js';
+import { drafterPlanEnv } from '../src/store/drafter-plan.js';
+import { loadConfig } from '../src/checkpoint/config.js';
+import { loadDrafter } from '../src/checkpoint/drafter.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
@@ -97,11 +101,14 @@ export interface ChildInput {
   seed: number;
   /** Also a row at the fixed width 5 (--spec-width 5): what the width model changes. */
   fixedRow: boolean;
+  /** Block5's drafterPlanEnv on this checkpoint: what `k3 plan --drafter` pins first and the kernels' width. */
+  planning: { pinFirst?: readonly string[]; kernelCols?: number };
 }
 
 /** In the capped child: the rows, measured one after the other on one loaded model. */
 async function childRows(o: ChildInput): Promise<{ rows: DsparkRow[]; peak_rss_bytes: number }> {
-  const model = await Model.load(o.dir, { budget: o.budget, ctx: 256, threads: o.threads, io: 'direct' });
+  // as `k3 plan --drafter` plans it: K3's lm_head, which the drafter reads again, pinned first
+  const model = await Model.load(o.dir, { budget: o.budget, ctx: 256, threads: o.threads, io: 'direct', ...o.planning });
   const prompt = [11, 22, 33, 44];
   try {
     await model.store.preload();
@@ -149,6 +156,9 @@ export interface DsparkBenchResult {
   drafter_real_bytes: number;
   drafter_scaled_bytes: number;
   lm_head_again_bytes: number;
+  /** The plan's streamed trunk per sweep: as the rows run (lm_head first), and in forward order. */
+  streamed_bytes: number;
+  streamed_forward_bytes: number;
   peak_rss_bytes: number;
   rows: DsparkRow[];
 }
@@ -158,8 +168,8 @@ function targetLayers(dir: string): number {
   return c.text_config?.num_hidden_layers ?? c.num_hidden_layers!;
 }
 
-/** What `k3 plan --drafter` says one sweep of Block5 reads on `dir` at `budget`. */
-function block5Sweep(dir: string, budget: number): { drafter: number; lmHeadAgain: number; kv: number; work: number } {
+/** What `k3 plan --drafter` says one sweep of Block5 reads on `dir` at `budget`, and how it plans the target. */
+function block5Sweep(dir: string, budget: number): { drafter: number; lmHeadAgain: number; kv: number; work: number; planning: ChildInput['planning'] } {
   const dd = path.join(path.dirname(dir), 'block5-config-for-' + path.basename(dir));
   if (!fs.existsSync(path.join(dd, 'config.json'))) {
     const real = path.join(path.dirname(dir), 'block5-real-config');
@@ -175,7 +185,8 @@ function block5Sweep(dir: string, budget: number): { drafter: number; lmHeadAgai
   const p = spawnSync(process.execPath, [CLI, 'plan', dir, '--drafter', dd, '--memory', String(budget), '--ctx', '256', '--accept-len', '3.32', '--json'], { encoding: 'utf8' });
   if (p.status !== 0) throw new Error(`k3 plan --drafter: ${p.stderr}`);
   const d = (JSON.parse(p.stdout) as { drafter: { sweep: { drafter_bytes: number; lm_head_again_bytes: number }; kv_bytes: number; work_bytes: number } }).drafter;
-  return { drafter: d.sweep.drafter_bytes, lmHeadAgain: d.sweep.lm_head_again_bytes, kv: d.kv_bytes, work: d.work_bytes };
+  const { pinFirst, kernelCols } = drafterPlanEnv({}, loadConfig(dir), loadDrafter(dd));
+  return { drafter: d.sweep.drafter_bytes, lmHeadAgain: d.sweep.lm_head_again_bytes, kv: d.kv_bytes, work: d.work_bytes, planning: { pinFirst, kernelCols } };
 }
 
 export async function dsparkBench(o: { dir: string; gen: number; threads: number; fraction: number; seed?: number; fixedRow?: boolean; log?: (s: string) => void }): Promise<DsparkBenchResult> {
@@ -190,7 +201,11 @@ export async function dsparkBench(o: { dir: string; gen: number; threads: number
   const scaled = Math.round((sweep.drafter * layers) / REAL_K3_LAYERS);
   const drafterBytes = scaled + sweep.lmHeadAgain;
   log(`cap ${formatGB(cap)}, engine budget ${formatGB(budget)}; drafter reads per drafted sweep ${formatGB(drafterBytes)} (Block5 ${formatGB(sweep.drafter)} x ${layers}/${REAL_K3_LAYERS} + lm_head again ${formatGB(sweep.lmHeadAgain)})`);
-  const input: ChildInput = { dir: o.dir, budget, gen: o.gen, threads: o.threads, drafterBytes, seed: o.seed ?? 1, fixedRow: o.fixedRow ?? false };
+  // the rows share one model planned with the lm_head first; `--spec 0` in forward order streams as much, up to a piece
+  const streamed = (planning: ChildInput['planning']) => Model.plan(o.dir, { budget, ctx: 256, threads: o.threads, io: 'direct', ...planning }).streamedBytes;
+  const streamedForward = streamed({});
+  const streamedHeadFirst = streamed(sweep.planning);
+  const input: ChildInput = { dir: o.dir, budget, gen: o.gen, threads: o.threads, drafterBytes, seed: o.seed ?? 1, fixedRow: o.fixedRow ?? false, planning: sweep.planning };
   const cg = memoryCap(cap, 'dspark');
   if (!cg) log('  (no memory cgroup can be made here: the rows run with the engine budget only)');
   const cmd = [process.execPath, fileURLToPath(import.meta.url), '--child', JSON.stringify(input)];
@@ -207,6 +222,8 @@ export async function dsparkBench(o: { dir: string; gen: number; threads: number
     drafter_real_bytes: sweep.drafter,
     drafter_scaled_bytes: scaled,
     lm_head_again_bytes: sweep.lmHeadAgain,
+    streamed_bytes: streamedHeadFirst,
+    streamed_forward_bytes: streamedForward,
     peak_rss_bytes: r.peak_rss_bytes,
     rows: r.rows,
   };
@@ -216,6 +233,7 @@ export function formatDsparkTable(r: DsparkBenchResult): string {
   const lines = [
     `checkpoint ${formatGB(r.checkpoint_bytes)}; cgroup ${r.cgroup ?? 'none'} cap ${formatGB(r.cap_bytes)} (peak ${formatGB(r.cgroup_peak_bytes)}), engine budget ${formatGB(r.budget_bytes)}, peak RSS ${formatGB(r.peak_rss_bytes)}`,
     `drafter reads per drafted sweep: ${formatGB(r.drafter_scaled_bytes)} Block5 weights (${formatGB(r.drafter_real_bytes)} real, scaled by layers) + ${formatGB(r.lm_head_again_bytes)} lm_head again`,
+    `streamed trunk per sweep: ${formatGB(r.streamed_bytes)} with the lm_head pinned first (every row), ${formatGB(r.streamed_forward_bytes)} in forward order`,
     'run                  tok/sweep  accepted by position      widths (w:sweeps)   GB/token  drafter  x plain  s/token  x plain  same ids',
   ];
   for (const x of r.rows) {

@@ -4,8 +4,12 @@
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import { loadConfig } from '../checkpoint/config.js';
+import { loadDrafter } from '../checkpoint/drafter.js';
+import { drafterMemoryBytes } from '../generate/dspark-draft.js';
 import { Model } from '../model/model.js';
 import { IO_MODES, makeReader, type IoMode } from '../store/direct-reader.js';
+import { drafterPlanEnv } from '../store/drafter-plan.js';
 import { FaultyReader, RetryingReader, parseFaultSpec } from '../store/fault.js';
 import { FsReader, type ByteReader } from '../store/store.js';
 import { checkTokenizerFits, loadTokenizer, type Tokenizer } from '../tokenizer/index.js';
@@ -50,6 +54,12 @@ export interface LoadOptions {
   reader?: ByteReader;
   /** Progress of reading the resident weights at load: bytes done, bytes in all. */
   onProgress?: (done: number, total: number) => void;
+  /**
+   * A DSpark drafter the generations will use (GenerateOptions.drafter): planned for at load, its
+   * weights, KV cache and working memory kept off `memory` and K3's lm_head pinned first when the
+   * drafter reads it too. Without it a drafter must fit beside the model's plan.
+   */
+  drafter?: string;
 }
 
 /** Who opens the model, for error messages: `loadModel` names options as such, a CLI command as flags. */
@@ -119,6 +129,7 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
     lookahead: o.lookahead ?? true,
     verifyReads: o.verifyReads ? ('every' as const) : ('first' as const),
     budget: { memory: typeof o.memory === 'number' ? String(o.memory) : o.memory, preset: o.preset },
+    ...(o.drafter !== undefined && kernels === 'wasm' ? drafterPlanning(dir, o.drafter, ctx) : {}),
   };
   const model = kernels === 'ref' ? Model.open(dir, opts) : await Model.load(dir, { ...opts, threads, fastExperts: o.fastExperts ?? false, fast: o.fast ?? false });
   model.checkFinite = !o.allowNonfinite;
@@ -131,4 +142,15 @@ export async function openModelDir(dir: string, o: LoadOptions, by: Opener = LIB
     throw e;
   }
   return { model, tok, chunk };
+}
+
+/**
+ * How the model directory `dir` is planned for drafter `drafterDir` (LoadOptions.drafter): as
+ * `k3 plan --drafter` plans it (drafterPlanEnv), with the drafter's weights, KV cache for `ctx`
+ * positions and working memory kept off the budget.
+ */
+function drafterPlanning(dir: string, drafterDir: string, ctx: number): { reserveBytes: number; pinFirst?: readonly string[]; kernelCols?: number } {
+  const d = loadDrafter(drafterDir);
+  const { pinFirst, kernelCols } = drafterPlanEnv({}, loadConfig(dir), d);
+  return { reserveBytes: drafterMemoryBytes(d, ctx), pinFirst, kernelCols };
 }

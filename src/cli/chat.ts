@@ -59,7 +59,7 @@ ${MODEL_HELP}`,
     checkModelDir('chat', dir);
     const tokDir = values.tok ?? dir;
     if (!fs.existsSync(path.join(tokDir, 'tiktoken.model'))) throw new UserError(`chat: needs the tokenizer files (tiktoken.model in ${tokDir}, or --tok DIR)`);
-    const kimi = await loadForCommand('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir });
+    const kimi = await loadForCommand('chat', dir, { ...loadOptionsFromFlags('chat', values), tokenizer: tokDir, drafter: drafter.drafter });
     try {
       const session = kimi.session({
         system: values.system,

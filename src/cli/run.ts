@@ -83,10 +83,11 @@ export const DRAFTER_OPTIONS = { drafter: { type: 'string' }, 'spec-width': { ty
 
 export const DRAFTER_HELP = `  --drafter DIR     draft with a DSpark checkpoint (docs/DSPARK.md): its block of proposals from K3's
                     tapped states, verified in one forward; greedy output is the same bytes as
-                    without. Its forward runs on the kernels, its BF16 weights pinned beside the
-                    model: refused when they do not fit in the budget. Not with --spec
-  --spec-width N    with --drafter: verify exactly N proposals every sweep (default: the block,
-                    pausing while nothing is accepted)`;
+                    without. Its forward runs on the kernels, its BF16 weights pinned: --memory
+                    holds them and its KV cache, the model plans with the rest (K3's lm_head
+                    pinned first when the drafter reads it too). Not with --spec
+  --spec-width N    with --drafter: verify exactly N proposals every sweep (default: a width
+                    model chooses each sweep's, from the drafter's confidence and this run's costs)`;
 
 /** --drafter and --spec-width, checked against --spec: the drafter's options for generate / session. */
 export function drafterFromFlags(cmd: string, v: { drafter?: string; 'spec-width'?: string; spec?: string }): { drafter?: string; specWidth?: number } {
@@ -191,7 +192,7 @@ ${MODEL_HELP}`,
     const room = ctx - ids.length;
     const interrupt = stopOnSignals('run');
     let overBudget = false;
-    const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok }, tok);
+    const kimi = await loadForCommand('run', dir, { ...loadOptionsFromFlags('run', { ...values, ctx: String(ctx) }), tokenizer: values.tok, drafter }, tok);
     try {
       interrupt.throwIfAborted();
       const stopAtEos = (values.chat || values['stop-at-eos']) && !values['ignore-eos'];

@@ -78,7 +78,7 @@ ${MODEL_HELP}`,
     const drafterFlags = drafterFromFlags('serve', values);
     checkModelDir('serve', dir);
     const defaults = samplingDefaults(dir);
-    const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel };
+    const opts = { ...loadOptionsFromFlags('serve', values), tokenizer: values.tok, parallel, drafter: drafterFlags.drafter };
     const kimi = await loadForCommand('serve', dir, opts);
     const ctx = opts.ctx!;
     const name = values.name ?? path.basename(path.resolve(dir));

@@ -193,7 +193,7 @@ export function drafterMemoryBytes(d: DrafterDir, ctx: number): number {
 export interface DSparkLoadOptions {
   /** 'kernels' (default): the drafter's forward on the engine's kernels; 'ref': the float64 reference. */
   kernels?: 'kernels' | 'ref';
-  /** The memory budget the model and the drafter share (default: the model plan's budget). */
+  /** The memory budget the model and the drafter share (default: the model plan's budget and what it kept for a drafter). */
   budget?: number;
 }
 
@@ -203,7 +203,8 @@ const LOADED = new WeakMap<Model, Map<string, { cfg: DrafterConfig; forward: DSp
 /**
  * Load drafter `dir` for `model`: refused unless it fits the target (checkDrafterTarget) and,
  * on the kernel path, unless its weights, KV cache and working memory fit beside the model's plan
- * in the budget (they are pinned; a drafter streamed per sweep is not built yet).
+ * in the budget (they are pinned; the plan keeps them room when the model was loaded with the
+ * drafter; a drafter streamed per sweep is not built yet).
  */
 export function loadDSpark(model: Model, dir: string, opts: DSparkLoadOptions = {}): DSparkDrafter {
   if (opts.kernels === 'ref') return loadDSparkReference(model, dir);
@@ -213,10 +214,10 @@ export function loadDSpark(model: Model, dir: string, opts: DSparkLoadOptions = 
     const d = loadChecked(model, dir);
     const plan = model.store.plan;
     const need = drafterMemoryBytes(d, plan.ctx);
-    const budget = opts.budget ?? plan.budgetBytes;
+    // the budget asked for: the model's plan and what it kept for a drafter (LoadOptions.drafter)
+    const budget = opts.budget ?? plan.budgetBytes + plan.reservedBytes;
     if (plan.totalBytes + need > budget) {
-      // a plan that fills its budget would fill a larger one too: no budget to suggest but one that holds the whole model
-      throw new UserError(`--drafter ${d.dir}: its weights, KV cache and working memory (${formatBytes(need)}) do not fit beside the model's plan (${formatBytes(plan.totalBytes)}) in the budget of ${formatBytes(budget)}; the drafter is pinned beside the model, so it needs a budget that holds the whole model and ${formatBytes(need)} more (giving it part of the model's budget, or streaming it, is not built yet: docs/DSPARK.md §8)`);
+      throw new UserError(`--drafter ${d.dir}: its weights, KV cache and working memory (${formatBytes(need)}) do not fit beside the model's plan (${formatBytes(plan.totalBytes)}) in the budget of ${formatBytes(budget)}; load the model with the drafter (loadModel's drafter option; k3 run, chat and serve do) so that the plan keeps it room`);
     }
     const compute = new Compute(model.kernels);
     const alloc = weightAlloc(model.kernels);

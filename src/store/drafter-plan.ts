@@ -12,15 +12,18 @@
 // target's streamed trunk once, the distinct experts of its positions, and, when the drafter
 // borrows K3's lm_head and the target plan does not pin it whole, the unpinned part of the lm_head
 // a second time (the drafter's block logits come after the target's, which decide its anchor).
+// So with such a drafter the target plan pins the lm_head before the forward order: a pinned
+// byte of it saves two reads a sweep, any other trunk byte one.
 // Bytes per emitted token = bytes per sweep / mean accepted length (tokens emitted per sweep,
 // the bonus token included, as the published acceptance lengths count them).
 
 import type { ModelConfig } from '../checkpoint/config.js';
 import type { Drafter } from '../checkpoint/drafter.js';
-import { drafterKvBytes, drafterSlots } from '../checkpoint/drafter-tensors.js';
+import { drafterKvBytes, drafterSlots, drafterTensorSpecs } from '../checkpoint/drafter-tensors.js';
+import { namesOf } from '../checkpoint/names.js';
 import { UserError } from '../util/errors.js';
 import type { Layout } from './layout.js';
-import { makePlan, type Plan, type PlanEnv, type StateSize } from './plan.js';
+import { makePlan, pinnedMask, type Plan, type PlanEnv, type StateSize } from './plan.js';
 
 /**
  * Distinct experts of W consecutive positions over one position's, measured on the real K3
@@ -78,10 +81,23 @@ export interface DrafterPlan {
 }
 
 /** Bytes of K3's lm_head pieces the target plan streams. */
-function unpinnedHeadBytes(layout: Layout, p: Plan): number {
+function unpinnedHeadBytes(cfg: ModelConfig, layout: Layout, p: Plan): number {
+  const pinned = pinnedMask(p, layout);
   let b = 0;
-  for (const piece of layout.sequence) if (/(^|\.)lm_head$/.test(piece.base) && piece.seq >= p.pinnedPieces) b += piece.bytes;
+  for (const piece of layout.matrices.get(namesOf(cfg).lmHead)?.pieces ?? []) if (!pinned[piece.seq]) b += piece.bytes;
   return b;
+}
+
+/**
+ * The target plan's environment with drafter `d`: K3's lm_head pinned first when the drafter reads
+ * it too (pinned, neither reads it), and the kernels as wide as the drafter's widest matrix (its
+ * context projection, taps x K3's hidden size), which would otherwise run on the reference kernels.
+ * `k3 plan --drafter` plans with it, and so does a model loaded with a drafter (src/api/load.ts).
+ */
+export function drafterPlanEnv(env: PlanEnv, cfg: Pick<ModelConfig, 'prefix' | 'moe'>, d: Pick<Drafter, 'config'>): PlanEnv {
+  const pinFirst = d.config.lmHead === 'target' ? [namesOf(cfg).lmHead, ...(env.pinFirst ?? [])] : env.pinFirst;
+  const widest = Math.max(0, ...drafterTensorSpecs(d.config).filter((t) => t.use === 'read' && t.shape.length === 2).map((t) => t.shape[1]!));
+  return { ...env, ...(pinFirst ? { pinFirst } : {}), kernelCols: Math.max(env.kernelCols ?? 0, widest) };
 }
 
 /** Expert bytes read for `width` positions: the distinct experts they route to, missed in proportion to the cache. */
@@ -97,7 +113,7 @@ function sweepBytes(cfg: ModelConfig, layout: Layout, p: Plan, d: Drafter, strea
   const width = c.block + 1;
   const rowBytes = p.embedResidentBytes ? 0 : p.embedRowBytes;
   const trunk = p.streamedBytes;
-  const lmHeadAgain = c.lmHead === 'target' ? unpinnedHeadBytes(layout, p) : 0;
+  const lmHeadAgain = c.lmHead === 'target' ? unpinnedHeadBytes(cfg, layout, p) : 0;
   const experts = expertReads(cfg, layout, p, width);
   // the bulk matrices whole when streamed; by row, pinned or not, what is looked up by row (Markov rows, own embedding rows)
   const slots = drafterSlots(c);
@@ -128,14 +144,15 @@ export function makeDrafterPlan(cfg: ModelConfig, layout: Layout, s: StateSize, 
   // a streamed drafter is read in row pieces no larger than the trunk's, through three of them, as the ring does
   const streamBuffer = Math.min(d.maxTensorBytes, 3 * layout.maxPieceBytes);
   const floorBytes = base.floorBytes + kv + work + streamBuffer;
-  const streamedTarget = makePlan(cfg, layout, s, Math.max(0, budget - kv - work - streamBuffer), ctx, chunk, parallel, env);
+  const withDrafter = drafterPlanEnv(env, cfg, d);
+  const streamedTarget = makePlan(cfg, layout, s, Math.max(0, budget - kv - work - streamBuffer), ctx, chunk, parallel, withDrafter);
   type Option = { placement: 'pinned' | 'streamed'; target: Plan; sweep: SweepBytes; pinned: number; work: number };
   const streamed: Option = { placement: 'streamed', target: streamedTarget, sweep: sweepBytes(cfg, layout, streamedTarget, d, true), pinned: 0, work: work + streamBuffer };
   let best = streamed;
   const bulk = d.readBytes - d.rowReadBytes;
   const pinnedBudget = budget - kv - work - bulk;
   if (pinnedBudget >= base.floorBytes) {
-    const t = makePlan(cfg, layout, s, pinnedBudget, ctx, chunk, parallel, env);
+    const t = makePlan(cfg, layout, s, pinnedBudget, ctx, chunk, parallel, withDrafter);
     const pinned: Option = { placement: 'pinned', target: t, sweep: sweepBytes(cfg, layout, t, d, false), pinned: bulk, work };
     if (pinned.sweep.total <= streamed.sweep.total) best = pinned;
   }

@@ -38,7 +38,7 @@ export function lendMatrix(s: StoreParts, trunk: Trunk, m: TrunkMatrixLayout, ba
     },
   };
   // A pinned single-piece matrix stays put for the store's life: its view may be batched.
-  const resident = m.pieces.length === 1 && m.pieces[0]!.seq < s.plan.pinnedPieces;
+  const resident = m.pieces.length === 1 && trunk.isPinned(m.pieces[0]!.seq);
   // Its one view once read: a pinned single piece, or a split matrix pinned in one buffer (Trunk.pinBuffer).
   const one = resident ? held(s, () => trunk.pinnedView(m.pieces[0]!, base)) : trunk.togetherEligible(m) ? held(s, () => trunk.wholeView(m, base)) : null;
   // Every piece of a split matrix pinned: its blocks may be batched too (one dispatch, not one each).

@@ -5,7 +5,8 @@
 // Order of use for memory above the floor (most bytes saved per byte spent first):
 //   1. expert slots up to one layer's top-k (a layer's missing experts are read in parallel),
 //   2. pinned trunk, in forward order (every trunk byte is read once per token when streamed;
-//      an expert slot saves a read only when the router picks that expert again),
+//      an expert slot saves a read only when the router picks that expert again), after the
+//      matrices PlanEnv.pinFirst names (a drafter's second read of K3's lm_head),
 //   3. more expert slots, up to every expert.
 // When the whole trunk is pinned, the streaming ring is not needed.
 
@@ -40,6 +41,12 @@ export interface PlanEnv {
   directIo?: boolean;
   /** Reads are checked against known sha256 (a pack, a `k3 verify` sidecar): the checker's buffers. Default false. */
   verified?: boolean;
+  /** Trunk matrices (bases) pinned before the forward order: read more than once a sweep when streamed (a drafter's lm_head). */
+  pinFirst?: readonly string[];
+  /** Bytes of the budget kept for memory beside the model (a drafter's weights, KV cache and work area): the plan gets the rest. */
+  reservedBytes?: number;
+  /** Widest matrix (columns) something beside the model runs on the model's kernels (a drafter's context projection). */
+  kernelCols?: number;
 }
 
 /** JavaScript memory of one sequence in an engine's decode batch, besides its state: its job,
@@ -50,7 +57,10 @@ export function engineSequenceBytes(cfg: ModelConfig): number {
 }
 
 export interface Plan {
+  /** What the model may use: the budget asked for, less reservedBytes. */
   budgetBytes: number;
+  /** Of the budget asked for, kept beside the model (PlanEnv.reservedBytes; a drafter). */
+  reservedBytes: number;
   /** The smallest budget that works: what the engine may hold at once at this context and chunk
    *  (baseline + resident small tensors + state + MLA cache for `ctx` positions + scratch + the
    *  minimal ring and one expert slot). Like the budget it is a ceiling on peak RSS, so the two
@@ -90,7 +100,10 @@ export interface Plan {
   readBufferBytes: number;
   ringBytes: number;
   pinnedBytes: number;
+  /** How many pieces of pinOrder() are pinned. */
   pinnedPieces: number;
+  /** The matrices pinned before the forward order (PlanEnv.pinFirst); pinnedMask() says which pieces. */
+  pinFirst: readonly string[];
   streamedBytes: number;
   trunkBytes: number;
   expertBytes: number;
@@ -129,8 +142,8 @@ export function kernelTempBytes(cfg: ModelConfig, chunk: number): number {
 }
 
 /** Widest matrix the kernels must handle (columns): the width of each thread's scratch. */
-export function kernelMaxCols(cfg: ModelConfig, layout: Layout): number {
-  let m = cfg.hiddenSize;
+export function kernelMaxCols(cfg: ModelConfig, layout: Layout, env: PlanEnv = {}): number {
+  let m = Math.max(cfg.hiddenSize, env.kernelCols ?? 0);
   for (const t of layout.matrices.values()) m = Math.max(m, t.cols);
   return Math.max(m, cfg.moe.intermediate, cfg.moe.latentDim ?? 0, cfg.mla.kvLoraRank);
 }
@@ -157,10 +170,12 @@ function threadsBytes(members: number, threads: number, maxCols: number): number
  * the weights may use: the plan is remade with less until the instance count agrees.
  */
 export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel = 0, env: PlanEnv = {}): Plan {
+  const reserved = env.reservedBytes ?? 0;
   let members = 1;
   for (;;) {
-    const p = planFor(cfg, layout, s, budget, ctx, chunk, parallel, env, members);
+    const p = planFor(cfg, layout, s, Math.max(0, budget - reserved), ctx, chunk, parallel, env, members);
     const need = kernelMembers(p.ringBytes + p.pinnedBytes + p.expertCacheBytes);
+    p.reservedBytes = reserved;
     if (need <= members) return p;
     members = need;
   }
@@ -168,8 +183,8 @@ export function makePlan(cfg: ModelConfig, layout: Layout, s: StateSize, budget:
 
 function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number, ctx: number, chunk: number, parallel: number, env: PlanEnv, members: number): Plan {
   const threads = Math.max(1, Math.floor(env.threads ?? 1));
-  const threadMem = threadsBytes(members, threads, kernelMaxCols(cfg, layout));
-  const firstThreads = threadsBytes(1, threads, kernelMaxCols(cfg, layout));
+  const threadMem = threadsBytes(members, threads, kernelMaxCols(cfg, layout, env));
+  const firstThreads = threadsBytes(1, threads, kernelMaxCols(cfg, layout, env));
   const kernelTemp = kernelTempBytes(cfg, chunk);
   const readBuffers = (env.directIo ? BOUNCE_BYTES : 0) + (env.verified ? VERIFY_BUFFER_BYTES : 0);
   const mlaCacheBytes = s.perPositionBytes * ctx;
@@ -187,6 +202,7 @@ function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number,
 
   const plan: Plan = {
     budgetBytes: budget,
+    reservedBytes: 0,
     floorBytes: floor,
     totalBytes: 0,
     baselineBytes: BASELINE_BYTES,
@@ -207,6 +223,7 @@ function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number,
     ringBytes: minRing,
     pinnedBytes: 0,
     pinnedPieces: 0,
+    pinFirst: env.pinFirst ?? [],
     streamedBytes: layout.trunkBytes,
     trunkBytes: layout.trunkBytes,
     expertBytes: layout.expertBytes,
@@ -229,8 +246,22 @@ function planFor(cfg: ModelConfig, layout: Layout, s: StateSize, budget: number,
   return plan;
 }
 
+/** The order the trunk is pinned in: the pieces of the `first` matrices, then the rest in forward order. */
+export function pinOrder(layout: Layout, first: readonly string[]): Layout['sequence'] {
+  const ahead = first.flatMap((b) => layout.matrices.get(b)?.pieces ?? []);
+  const taken = new Set(ahead.map((p) => p.seq));
+  return [...ahead, ...layout.sequence.filter((p) => !taken.has(p.seq))];
+}
+
+/** Per piece (by seq), 1 where the plan pins it: the first pinnedPieces of pinOrder(). */
+export function pinnedMask(plan: Plan, layout: Layout): Uint8Array {
+  const mask = new Uint8Array(layout.sequence.length);
+  for (const p of pinOrder(layout, plan.pinFirst).slice(0, plan.pinnedPieces)) mask[p.seq] = 1;
+  return mask;
+}
+
 /** What the budget holds past the floor (`left` bytes) goes, in order, to: 1. a layer's worth of
- *  expert slots, 2. the pinned trunk in forward order (the ring goes when everything is pinned),
+ *  expert slots, 2. the pinned trunk in pinOrder (the ring goes when everything is pinned),
  *  3. the rest of the experts. */
 function spend(plan: Plan, cfg: ModelConfig, layout: Layout, left: number): void {
   const minRing = plan.ringBytes;
@@ -241,7 +272,7 @@ function spend(plan: Plan, cfg: ModelConfig, layout: Layout, left: number): void
   }
   let pinned = 0;
   let count = 0;
-  const seq = layout.sequence;
+  const seq = pinOrder(layout, plan.pinFirst);
   for (let i = 0; i < seq.length; i++) {
     const last = i === seq.length - 1;
     const avail = left + (last ? minRing : 0); // pinning the last piece frees the ring
@@ -266,8 +297,9 @@ export function maxBudget(cfg: ModelConfig, layout: Layout, s: StateSize, ctx: n
   const weights = layout.trunkBytes + p.expertsTotal * layout.expertBytes;
   const members = kernelMembers(weights);
   const threads = Math.max(1, Math.floor(env.threads ?? 1));
-  const moreThreads = threadsBytes(members, threads, kernelMaxCols(cfg, layout)) - threadsBytes(1, threads, kernelMaxCols(cfg, layout));
-  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + weights + layout.embed.data.nbytes + moreThreads;
+  const cols = kernelMaxCols(cfg, layout, env);
+  const moreThreads = threadsBytes(members, threads, cols) - threadsBytes(1, threads, cols);
+  return p.floorBytes - p.ringBytes - p.expertSlots * layout.expertBytes + weights + layout.embed.data.nbytes + moreThreads + (env.reservedBytes ?? 0);
 }
 
 /** The plan's items, each named, in `k3 plan`'s order: they add up to `totalBytes`. */
@@ -373,8 +405,11 @@ export function resolveBudget(memory: string | undefined, preset: string | undef
 /** Refuse a budget below the floor, naming the smallest one that works. */
 export function checkFloor(plan: Plan): void {
   if (plan.budgetBytes < plan.floorBytes) {
-    const seqs = (plan.parallel > 0 ? ` with ${plan.parallel} sequences decoded together (--parallel ${plan.parallel})` : '') +
+    const seqs = (plan.parallel > 1 ? ` with ${plan.parallel} sequences decoded together (--parallel ${plan.parallel})` : '') +
       (plan.threads > 1 ? ` on ${plan.threads} threads (each past the first adds ${formatBytes(WORKER_BYTES)}; -t sets them)` : '');
-    throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)} is below this model's floor${seqs}: the smallest budget that works is ${plan.floorBytes} bytes (${formatBytes(plan.floorBytes)}; --memory ${Math.ceil(plan.floorBytes / MiB)}M)`);
+    const r = plan.reservedBytes;
+    const kept = r > 0 ? ` (${formatBytes(plan.budgetBytes + r)} less the ${formatBytes(r)} kept for the drafter)` : '';
+    const least = plan.floorBytes + r;
+    throw new UserError(`memory budget ${formatBytes(plan.budgetBytes)}${kept} is below this model's floor${seqs}: the smallest budget that works${r > 0 ? ' with the drafter' : ''} is ${least} bytes (${formatBytes(least)}; --memory ${Math.ceil(least / MiB)}M)`);
   }
 }

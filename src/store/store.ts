@@ -72,6 +72,12 @@ export interface StoreOptions {
   panels?: PanelOptions | false;
   /** What the kernels do to trunk bytes as they are read: decode coded rows, requantize, the panel limit (default: none of these). */
   pieces?: PieceTransform;
+  /** Trunk matrices (bases) the plan pins before the forward order (PlanEnv.pinFirst; drafter-plan.ts drafterPlanEnv). */
+  pinFirst?: readonly string[];
+  /** Bytes of the budget kept beside the model (PlanEnv.reservedBytes: a drafter's memory). */
+  reserveBytes?: number;
+  /** Widest matrix something beside the model runs on its kernels (PlanEnv.kernelCols: a drafter's). */
+  kernelCols?: number;
 }
 
 /** What opening a checkpoint needs: the options, config overrides, and the size of a sequence's state (the model's). */
@@ -151,7 +157,7 @@ export class WeightStore {
 
   /** Widest matrix the kernels must handle (columns). */
   static maxCols(p: Prepared): number {
-    return kernelMaxCols(p.cfg, p.layout);
+    return kernelMaxCols(p.cfg, p.layout, p.env);
   }
 
   /** Lookahead expert prefetch on (guesses decide only what is read early, never what is computed). */
@@ -299,6 +305,9 @@ export function prepareStore(dir: string, opts: OpenOptions) {
     threads: opts.threads ?? 1,
     directIo: !opts.reader && (opts.io ?? 'buffered') !== 'buffered' && directSupported(),
     verified: (opts.verifyReads ?? 'first') !== 'off' && knownRanges(dir, entries).length > 0,
+    ...(opts.pinFirst ? { pinFirst: opts.pinFirst } : {}),
+    ...(opts.reserveBytes ? { reservedBytes: opts.reserveBytes } : {}),
+    ...(opts.kernelCols ? { kernelCols: opts.kernelCols } : {}),
   };
   const budget = typeof b === 'number' ? b : resolveBudget(b.memory, b.preset, () => maxBudget(cfg, layout, state, ctx, chunk, parallel, env));
   return { dir, cfg, entries, layout, state, budget, ctx, chunk, parallel, env };

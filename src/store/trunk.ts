@@ -10,6 +10,7 @@ import { allSettledOrThrow } from '../util/settle.js';
 import { pieceView, type Piece, type TrunkMatrixLayout } from './layout.js';
 import type { StoreParts } from './parts.js';
 import type { PieceTransform, Requantizer } from './pieces.js';
+import { pinnedMask } from './plan.js';
 import { Ring } from './ring.js';
 
 export interface PanelOptions {
@@ -41,6 +42,8 @@ export class Trunk {
   private readonly requant: Requantizer | null;
   private readonly transform: PieceTransform;
   private readonly allocTogether: (bytes: number) => Uint8Array | null;
+  /** 1 per piece seq the plan pins (plan.ts pinnedMask). */
+  private readonly pinnedAt: Uint8Array;
   readonly ring: Ring;
 
   constructor(private readonly s: StoreParts, o: TrunkOptions) {
@@ -58,7 +61,8 @@ export class Trunk {
         if (w) this.panelWidths.set(m.base, w);
       }
     }
-    const streamed = s.layout.sequence.slice(s.plan.pinnedPieces);
+    this.pinnedAt = pinnedMask(s.plan, s.layout);
+    const streamed = s.layout.sequence.filter((p) => !this.isPinned(p.seq));
     this.ring = new Ring(s.alloc(s.plan.ringBytes), streamed, (p, into) => this.readPiece(p, into));
   }
 
@@ -112,7 +116,7 @@ export class Trunk {
 
   /** The panel width of piece p's bytes (pinned pieces of panelled matrices), 0: row-major. */
   private panelWidth(p: Piece): number {
-    return p.seq < this.s.plan.pinnedPieces ? (this.panelWidths.get(p.base) ?? 0) : 0;
+    return this.isPinned(p.seq) ? (this.panelWidths.get(p.base) ?? 0) : 0;
   }
 
   /** A pinned piece's stored rows, then (panelled matrices) laid out in column panels in place. */
@@ -139,6 +143,11 @@ export class Trunk {
     return { matrices: this.q7.size, bytes };
   }
 
+  /** Whether the plan pins piece `seq` (else it streams through the ring). */
+  isPinned(seq: number): boolean {
+    return this.pinnedAt[seq] === 1;
+  }
+
   /** Every pinned piece has its buffer. */
   get buffersMade(): boolean {
     return this.pinned.size >= this.s.plan.pinnedPieces;
@@ -146,7 +155,7 @@ export class Trunk {
 
   async acquire(p: Piece): Promise<Uint8Array> {
     const { stats } = this.s;
-    if (p.seq >= this.s.plan.pinnedPieces) {
+    if (!this.isPinned(p.seq)) {
       const t0 = performance.now();
       const buf = await this.ring.acquire(p);
       stats.ioWaitMs += performance.now() - t0;
@@ -172,7 +181,7 @@ export class Trunk {
   }
 
   release(p: Piece): void {
-    if (p.seq >= this.s.plan.pinnedPieces) this.ring.release(p);
+    if (!this.isPinned(p.seq)) this.ring.release(p);
   }
 
   /**
@@ -224,7 +233,7 @@ export class Trunk {
 
   /** A split matrix whose every piece is pinned. */
   splitPinned(m: TrunkMatrixLayout): boolean {
-    return m.pieces.length > 1 && m.pieces.every((p) => p.seq < this.s.plan.pinnedPieces);
+    return m.pieces.length > 1 && m.pieces.every((p) => this.isPinned(p.seq));
   }
 
   togetherEligible(m: TrunkMatrixLayout): boolean {
@@ -233,7 +242,7 @@ export class Trunk {
 
   /** Read the pinned pieces now, 8 at a time; `report` after each 8. */
   async preload(report: () => void): Promise<void> {
-    const pins = this.s.layout.sequence.slice(0, this.s.plan.pinnedPieces);
+    const pins = this.s.layout.sequence.filter((p) => this.isPinned(p.seq));
     for (let i = 0; i < pins.length; i += 8) {
       await Promise.all(pins.slice(i, i + 8).map(async (p) => this.release((await this.acquire(p), p))));
       report();

@@ -158,6 +158,8 @@ test('k3 plan --drafter: placement, bytes per emitted token, --json; bad input e
   assert.ok(d.placement === 'pinned' || d.placement === 'streamed');
   assert.equal(d.bytes_per_emitted_token, d.sweep.total_bytes / 3.31);
   assert.ok((d.ratio_to_baseline as number) < 1, 'a block of 5 at 3.31 reads less per token than --spec 0');
+  // Block5 borrows K3's lm_head: the target plan pins it first, so no sweep reads it twice
+  assert.equal(d.sweep.lm_head_again_bytes, 0);
   const human = k3(['plan', K3_CONFIG, '--memory', '32GB', '--drafter', b5, '--accept-len', '3.31']);
   assert.equal(human.status, 0, human.stderr);
   assert.match(human.stdout, /per emitted token at 3\.31/);
