@@ -9,8 +9,7 @@ import * as ref from '../src/kernels/ref.js';
 import { weightBytes, type WeightView, type WeightFormat } from '../src/formats/weight.js';
 import { createKernels, type Kernels } from '../src/kernels/fast.js';
 import { f32ToBf16 } from '../src/formats/dtypes.js';
-import { kdaRecurStep } from '../src/model/kda.js';
-import { mlaScoresRef, mlaWeightedSumRef } from '../src/model/mla.js';
+import { kdaRecurStep, mlaScoresRef, mlaWeightedSumRef } from '../src/graph/reference.js';
 import { gatedActRef } from '../src/kernels/wasm/act.js';
 
 const args = process.argv.slice(2);

@@ -12,6 +12,7 @@ import type { WeightView } from '../formats/weight.js';
 import { MiB } from '../util/format.js';
 import type { KernelProfile } from '../kernels/profile.js';
 import type { Chain } from '../kernels/chain.js';
+import { kdaRecurStep, mlaScoresRef, mlaWeightedSumRef } from './reference.js';
 
 export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/profile.js';
 export type { Chain } from '../kernels/chain.js';
@@ -169,8 +170,8 @@ export class Compute {
   }
 
   // ---- fused ops (kernels/ops/): the WebAssembly kernels when the state lives in this group's
-  // memory. They return false (and do nothing) when it does not: the caller then runs the
-  // JavaScript reference (src/model/kda.ts, src/model/mla.ts). Same bytes.
+  // memory, else their references (graph/reference.ts), so the caller never branches on where
+  // its bytes live. Same bytes. (kdaBlock still answers false for its caller's own paths.)
 
   /** Runs `fn` on the member whose memory holds every one of `state`; false when none does. */
   private onState(state: readonly ArrayBufferView[], fn: (k: Kernels) => void): boolean {
@@ -180,9 +181,11 @@ export class Compute {
     return true;
   }
 
-  /** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep). */
-  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): boolean {
-    return this.onState([S], (kk) => kk.kdaStep(S, q, k, v, alpha, beta, o, H, d));
+  /** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep; reference kdaRecurStep per head). */
+  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
+    if (this.onState([S], (kk) => kk.kdaStep(S, q, k, v, alpha, beta, o, H, d))) return;
+    const u = new Float32Array(d);
+    for (let h = 0; h < H; h++) kdaRecurStep(S, h * d * d, d, q, k, v, alpha, beta[h]!, o, h * d, u);
   }
 
   /**
@@ -212,14 +215,14 @@ export class Compute {
     return p;
   }
 
-  /** MLA scores of H heads over n cached positions (see Kernels.mlaScores). */
-  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): boolean {
-    return this.onState([lat], (kk) => kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out));
+  /** MLA scores of H heads over n cached positions (see Kernels.mlaScores; reference mlaScoresRef). */
+  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
+    if (!this.onState([lat], (kk) => kk.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out))) mlaScoresRef(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
   }
 
-  /** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum). */
-  mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): boolean {
-    return this.onState([lat], (kk) => kk.mlaWeightedSum(P, lat, n, Lk, H, out));
+  /** MLA weighted latent sums of H heads (see Kernels.mlaWeightedSum; reference mlaWeightedSumRef). */
+  mlaWeightedSum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
+    if (!this.onState([lat], (kk) => kk.mlaWeightedSum(P, lat, n, Lk, H, out))) mlaWeightedSumRef(P, lat, n, Lk, H, out);
   }
 
   /**

@@ -293,7 +293,7 @@ export class Chain {
     return out;
   }
 
-  /** MLA scores of H heads over n cached positions (Kernels.mlaScores; mla.ts mlaScoresRef), q's rope part at qo, stride qStride, into out [H, n] (default a new arena array). */
+  /** MLA scores of H heads over n cached positions (Kernels.mlaScores; graph/reference.ts mlaScoresRef), q's rope part at qo, stride qStride, into out [H, n] (default a new arena array). */
   mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number,
     out = this.alloc(H * n)): Float32Array {
     if (H > 0 && (qo < 0 || qo + (H - 1) * qStride + dr > q.length)) throw new RangeError('mla scores: q too short');
@@ -312,7 +312,7 @@ export class Chain {
     this.op(MLA_SOFTMAX, { sc, n, ex }, H, 20 * H * n);
   }
 
-  /** out[h] = Σ_s f32(P[h·n + s] · lat[s]) (Kernels.mlaWeightedSum; mla.ts mlaWeightedSumRef) into out [H, Lk] (default a new arena array). */
+  /** out[h] = Σ_s f32(P[h·n + s] · lat[s]) (Kernels.mlaWeightedSum; graph/reference.ts mlaWeightedSumRef) into out [H, Lk] (default a new arena array). */
   mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out = this.alloc(H * Lk)): Float32Array {
     if (out.length < H * Lk) throw new RangeError(`mla sum: out has ${out.length} values, need ${H * Lk}`);
     this.op(MLA_WSUM, { P: f32s(P, H * n, 'mla P'), lat: f32s(lat, n * Lk, 'mla lat'), n, Lk, out: out.subarray(0, H * Lk) }, H, H * n * Lk);

@@ -265,7 +265,7 @@ export class Kernels extends KernelMemory {
 
   /**
    * One KDA delta-rule step for heads [0, H) of a token, in place on S [H, d, d]; o [H*d] is
-   * written. As kdaRecurStep (src/model/kda.ts) on each head, with beta[h] the head's β.
+   * written. As kdaRecurStep (src/graph/reference.ts) on each head, with beta[h] the head's β.
    */
   kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
     this.once((ch) => ch.kdaStep(S, q, k, v, alpha, beta, o, H, d));
@@ -292,7 +292,7 @@ export class Kernels extends KernelMemory {
   /**
    * MLA scores of H heads against n cached positions: out[h*n + s] =
    * f32(f32(dot(qLat[h*Lk ..], lat[s*Lk ..]) + dot(q[qo + h*qStride ..], rope[s*dr ..])) * scale),
-   * dot the canonical 16-lane dot (as mlaScoresRef in src/model/mla.ts).
+   * dot the canonical 16-lane dot (as mlaScoresRef in src/graph/reference.ts).
    */
   mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
     this.once((ch) => ch.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out));

@@ -108,36 +108,6 @@ export function shortConvStep(xt: Float32Array, xo: number, taps: Float32Array, 
 }
 
 /**
- * One delta-rule step for one head (docs/spec/ARCHITECTURE.md §3.3 R1–R4), all in f32:
- * S ← diag(α)·S; u = Sᵀk; S ← S + (β·k) ⊗ (v − u); o = Sᵀq. Sums over the key index i ascending.
- */
-export function kdaRecurStep(S: Float32Array, so: number, d: number, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: number, o: Float32Array, off: number, u: Float32Array): void {
-  for (let i = 0; i < d; i++) {
-    const a = alpha[off + i]!;
-    const r = so + i * d;
-    for (let j = 0; j < d; j++) S[r + j] = S[r + j]! * a;
-  }
-  u.fill(0, 0, d);
-  for (let i = 0; i < d; i++) {
-    const ki = k[off + i]!;
-    const r = so + i * d;
-    for (let j = 0; j < d; j++) u[j] = u[j]! + fr(ki * S[r + j]!);
-  }
-  for (let j = 0; j < d; j++) u[j] = v[off + j]! - u[j]!; // u now holds the error e
-  for (let i = 0; i < d; i++) {
-    const kb = fr(k[off + i]! * beta);
-    const r = so + i * d;
-    for (let j = 0; j < d; j++) S[r + j] = S[r + j]! + fr(kb * u[j]!);
-  }
-  for (let j = 0; j < d; j++) o[off + j] = 0;
-  for (let i = 0; i < d; i++) {
-    const qi = q[off + i]!;
-    const r = so + i * d;
-    for (let j = 0; j < d; j++) o[off + j] = o[off + j]! + fr(qi * S[r + j]!);
-  }
-}
-
-/**
  * Per-channel decay α = exp(g) (docs/spec/ARCHITECTURE.md §3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. K3's bounded
  * gate uses sigmoidRef and expRef (the block kernel's numbers); Kimi Linear's softplus gate stays
  * on Math (the kernel takes its α from here). A = Math.exp(A_log) either way.
@@ -299,7 +269,7 @@ function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
       state.sweep.steps.push(rec);
       state.sweep.tails.push(state.conv.slice());
     }
-    recurStep(c, state.S, q, k, v, alpha, betas, o, H, d);
+    c.kdaStep(state.S, q, k, v, alpha, betas, o, H, d);
     // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (docs/spec/ARCHITECTURE.md §3.3 P9; norm first, gate second).
     for (let h = 0; h < H; h++) {
       let ss = 0;
@@ -347,13 +317,6 @@ function kdaBlockFused(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' 
   return true;
 }
 
-/** One token's delta rule on all heads: in WebAssembly when S lives in kernel memory, else the reference per head. */
-function recurStep(c: Compute, S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, betas: Float32Array, o: Float32Array, H: number, d: number): void {
-  if (c.kdaStep(S, q, k, v, alpha, betas, o, H, d)) return;
-  const u = new Float32Array(d);
-  for (let h = 0; h < H; h++) kdaRecurStep(S, h * d * d, d, q, k, v, alpha, betas[h]!, o, h * d, u);
-}
-
 /** Start recording a speculative sweep on `state` (its S and conv tails are copied). */
 export function startKdaSweep(state: KdaState): void {
   state.sweep = { S0: state.S.slice(), conv0: state.conv.slice(), steps: [], tails: [] };
@@ -379,6 +342,6 @@ export function endKdaSweep(c: Compute, p: KdaParams, state: KdaState, keep: num
     const s = sw.steps[t]!;
     work.set(s.subarray(0, 4 * P), 0);
     work.set(s.subarray(4 * P), 5 * P);
-    recurStep(c, state.S, work.subarray(0, P), work.subarray(P, 2 * P), work.subarray(2 * P, 3 * P), work.subarray(3 * P, 4 * P), work.subarray(5 * P, 5 * P + H), work.subarray(4 * P, 5 * P), H, d);
+    c.kdaStep(state.S, work.subarray(0, P), work.subarray(P, 2 * P), work.subarray(2 * P, 3 * P), work.subarray(3 * P, 4 * P), work.subarray(5 * P, 5 * P + H), work.subarray(4 * P, 5 * P), H, d);
   }
 }

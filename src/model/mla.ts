@@ -4,14 +4,12 @@
 // token exactly as decode does, so every position's numbers are the same either way.
 
 import { rowSlice, viewsNow, visitWhole, type Mat } from '../store/mat.js';
-import { dot, type Compute } from '../graph/compute.js';
+import type { Compute } from '../graph/compute.js';
 import type { WeightView } from '../formats/weight.js';
 import { linear, linearMany, rmsNorm, sigmoid } from './ops.js';
 import { applyRope, type Rope } from './rope.js';
 import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
 import type { F32Alloc } from './kda.js';
-
-const fr = Math.fround;
 
 export interface MlaParams {
   heads: number;
@@ -220,18 +218,6 @@ function appendLatents(p: MlaParams, w: MlaWeights, a: Float32Array, r0: number,
 }
 
 /**
- * Reference MLA scores: for heads h < H and positions s < n,
- * out[h*n + s] = f32(f32(dot(qLat_h, c_s) + dot(q_rope_h, k_s)) * scale) with the canonical dot,
- * qLat_h = qLat[h*Lk ..], q_rope_h = q[qo + h*qStride ..], c_s = lat[s*Lk ..], k_s = rope[s*dr ..].
- * The WebAssembly kernel (Kernels.mlaScores) gives the same bytes.
- */
-export function mlaScoresRef(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): void {
-  for (let h = 0; h < H; h++) {
-    for (let s = 0; s < n; s++) out[h * n + s] = fr(fr(dot(qLat, h * Lk, lat, s * Lk, Lk) + dot(q, qo + h * qStride, rope, s * dr, dr)) * scale);
-  }
-}
-
-/**
  * Reference softmax of H heads' n scores in place, in double: max, then ex_s = exp(score_s − max)
  * (each computed once, kept in ex [≥ n]) and Z = Σ ex_s, s ascending; P_s = f32(ex_s / Z). The
  * WebAssembly op (chain mlaSoftmax, wasm/fused.ts mla_softmax) gives the same bytes.
@@ -251,22 +237,6 @@ export function mlaSoftmaxRef(sc: Float32Array, n: number, H: number, ex: Float6
  *  double). The WebAssembly op (chain sigmoidGate, wasm/fused.ts sigmoid_gate) gives the same bytes. */
 export function sigmoidGateRef(out: Float32Array, g: Float32Array, n: number): void {
   for (let i = 0; i < n; i++) out[i] = out[i]! * sigmoid(g[i]!);
-}
-
-/**
- * Reference weighted latent sum: out[h*Lk + i] = Σ_s f32(P[h*n + s] · lat[s*Lk + i]), s ascending
- * from 0, each step rounded to f32. The WebAssembly kernel (Kernels.mlaWeightedSum) gives the same bytes.
- */
-export function mlaWeightedSumRef(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): void {
-  for (let h = 0; h < H; h++) {
-    const o = h * Lk;
-    out.fill(0, o, o + Lk);
-    for (let s = 0; s < n; s++) {
-      const p = P[h * n + s]!;
-      const c = s * Lk;
-      for (let i = 0; i < Lk; i++) out[o + i] = out[o + i]! + fr(p * lat[c + i]!);
-    }
-  }
 }
 
 /**
@@ -291,9 +261,9 @@ function attend(c: Compute, p: MlaParams, kvb: WeightView, q: Float32Array, T: n
     c.matvecTHeads(kvb, 0, dn + dv, dn, q, t * H * dq, dq, qLat, H);
     const sc = scoreBuf.subarray(0, H * n);
     const qr = t * H * dq + dn;
-    if (!c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc)) mlaScoresRef(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
+    c.mlaScores(qLat, q, qr, dq, cache.lat, cache.rope, n, Lk, dr, p.scale, H, sc);
     mlaSoftmaxRef(sc, n, H, ex);
-    if (!c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat)) mlaWeightedSumRef(sc, cache.lat, n, Lk, H, oLat);
+    c.mlaWeightedSum(sc, cache.lat, n, Lk, H, oLat);
     // o[h] = U_V[h] · o_lat  (U_V = rows h·(dn+dv)+dn … +dv), the heads' products in one dispatch
     c.matmulBatch(Array.from({ length: H }, (_, h) => ({
       w: rowSlice(kvb, h * (dn + dv) + dn, h * (dn + dv) + dn + dv), x: oLat.subarray(h * Lk, (h + 1) * Lk), T: 1, y: out.subarray(t * H * dv + h * dv, t * H * dv + (h + 1) * dv),

@@ -1,5 +1,5 @@
 // kda_step: one KDA delta-rule step of a token, heads [h0, h1) (reference: kdaRecurStep in
-// src/model/kda.ts). Per head h, with S_h = S[h] [d, d] (rows i = key channel, columns j = value
+// src/graph/reference.ts). Per head h, with S_h = S[h] [d, d] (rows i = key channel, columns j = value
 // channel), q/k/v/alpha/o at h*d, beta[h] a scalar:
 //   S_ij = f32(S_ij * a_i);  u_j = sum_i f32(k_i S_ij) (i ascending, from +0);  e_j = v_j - u_j;
 //   S_ij = f32(S_ij + f32(f32(k_i beta) e_j));  o_j = sum_i f32(q_i S_ij) (i ascending, from +0).
@@ -29,8 +29,8 @@ export const KDA_STEP: OpDef = {
   place: 'S in kernel memory to run in place (else Compute.kdaStep leaves it to the reference); the rest is copied in',
   dims: { H: [1, 3], d: [1, 40] },
   ref: {
-    name: 'kdaRecurStep (src/model/kda.ts), per head',
-    fns: { kdaRecurStep: 'model/kda.js' },
+    name: 'kdaRecurStep (src/graph/reference.ts), per head',
+    fns: { kdaRecurStep: 'graph/reference.js' },
     run(f, a, { H, d }) {
       const u = new Float32Array(d);
       for (let h = 0; h < H; h++) f.kdaRecurStep!(a.S, h * d * d, d, a.q, a.k, a.v, a.alpha, (a.beta as Float32Array)[h], a.o, h * d, u);

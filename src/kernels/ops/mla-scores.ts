@@ -1,5 +1,5 @@
 // mla_scores: MLA scores of heads [h0, h1) over n cached positions (reference: mlaScoresRef in
-// src/model/mla.ts). Per head h and position s < n:
+// src/graph/reference.ts). Per head h and position s < n:
 //   out[h*n + s] = f32(f64(f32(dot(qlat_h, lat_s) + dot(qrope_h, rope_s))) * tau)
 // with dot the canonical 16-lane dot of ref.ts and tau the f64 at scalePtr (the JavaScript
 // multiplies an f32 by a double and rounds once to f32; so does this, through f64).
@@ -27,8 +27,8 @@ export const MLA_SCORES: OpDef = {
   place: 'lat and rope (the cache) in kernel memory, else the reference runs; queries are copied in',
   dims: { H: [1, 3], n: [1, 9], Lk: [1, 70], dr: [1, 20] },
   ref: {
-    name: 'mlaScoresRef (src/model/mla.ts)',
-    fns: { mlaScoresRef: 'model/mla.js' },
+    name: 'mlaScoresRef (src/graph/reference.ts)',
+    fns: { mlaScoresRef: 'graph/reference.js' },
     run(f, a, { H, n, Lk, dr }) {
       f.mlaScoresRef!(a.qlat, a.qrope, 0, dr, a.lat, a.rope, n, Lk, dr, (a.scalePtr as Float64Array)[0], H, a.out);
     },

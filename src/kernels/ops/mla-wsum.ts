@@ -1,5 +1,5 @@
 // mla_wsum: MLA's weighted latent sums of heads [h0, h1) (reference: mlaWeightedSumRef in
-// src/model/mla.ts): out[h*Lk + i] = sum_s f32(P[h*n + s] * lat[s*Lk + i]) for s ascending, from
+// src/graph/reference.ts): out[h*Lk + i] = sum_s f32(P[h*n + s] * lat[s*Lk + i]) for s ascending, from
 // +0; vectorized over i (columns independent), tiles of 16, 4, then 1 columns (16 measured fastest).
 
 import { type Code, I32, get, set, block, loop, br, br_if, i32 } from '../wasm/emit.js';
@@ -20,8 +20,8 @@ export const MLA_WSUM: OpDef = {
   place: 'lat (the cache) in kernel memory, else the reference runs; P is copied in',
   dims: { H: [1, 3], n: [1, 9], Lk: [1, 70] },
   ref: {
-    name: 'mlaWeightedSumRef (src/model/mla.ts)',
-    fns: { mlaWeightedSumRef: 'model/mla.js' },
+    name: 'mlaWeightedSumRef (src/graph/reference.ts)',
+    fns: { mlaWeightedSumRef: 'graph/reference.js' },
     run(f, a, { H, n, Lk }) {
       f.mlaWeightedSumRef!(a.P, a.lat, n, Lk, H, a.out);
     },
