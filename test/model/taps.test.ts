@@ -83,9 +83,10 @@ test('k3 taps: kernels == reference bytes in both streams, every position, any c
             r.taps.forEach((t, i) => assert.ok(sameBytes(t, want[stream].taps[i]!), `${what}: tap after layer ${LAYERS[i]}`));
             assert.ok(sameBytes(r.logits, plain.logits), `${what}: logits`);
             if (budget === floor) assert.ok(off.read > 0, `${what}: the floor streams`);
-            // 1 thread only: on 2 the ring's read-ahead now and then reads a piece twice, timing-dependent
-            // (seen with the prefix stream too, which makes no store call; its copies only shift timing)
-            if (threads === 1) assert.ok(r.read <= off.read, `${what}: ${r.read} bytes read with taps, ${off.read} without`);
+            // the ring's read-ahead now and then reads a piece twice, timing-dependent (seen on 1 and 2
+            // threads, with the prefix stream too, which makes no store call; its copies only shift
+            // timing): a few pieces of slack, where taps that read weights would read far more
+            if (threads === 1) assert.ok(r.read <= off.read + 8 * SMALL_PIECE, `${what}: ${r.read} bytes read with taps, ${off.read} without`);
           }
         }
       } finally {
