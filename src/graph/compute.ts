@@ -12,7 +12,7 @@ import type { WeightView } from '../formats/weight.js';
 import { MiB } from '../util/format.js';
 import type { KernelProfile } from '../kernels/profile.js';
 import type { Chain } from '../kernels/chain.js';
-import { kdaRecurStep, mlaScoresRef, mlaWeightedSumRef } from './reference.js';
+import { attnResMix, kdaBlockRef, mlaScoresRef, mlaWeightedSumRef } from './reference.js';
 
 export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/profile.js';
 export type { Chain } from '../kernels/chain.js';
@@ -162,16 +162,16 @@ export class Compute {
     else for (let h = 0; h < H; h++) ref.matvecT(w, r0 + h * rStride, n, x, xo + h * xStride, y.subarray(h * w.cols, (h + 1) * w.cols));
   }
 
-  /** The Attention Residuals mix of candidates [T, D] each (src/model/attnres.ts), in the group's
-   *  kernels; null without a group (the caller runs the reference). Same bytes. */
-  attnResMix(cands: readonly Float32Array[], T: number, D: number, fold: Float32Array, eps: number): Float32Array | null {
+  /** The Attention Residuals mix of candidates [T, D] each (the snapshots, then the current
+   *  stream): in the group's kernels, else the reference attnResMix. Same bytes. */
+  attnResMix(cands: readonly Float32Array[], T: number, D: number, fold: Float32Array, eps: number): Float32Array {
     const k = this.kernels?.members[0];
-    return k ? k.attnResMix(cands, T, D, fold, eps) : null;
+    return k ? k.attnResMix(cands, T, D, fold, eps) : attnResMix(cands.slice(0, -1), cands.at(-1)!, T, D, fold, eps);
   }
 
   // ---- fused ops (kernels/ops/): the WebAssembly kernels when the state lives in this group's
   // memory, else their references (graph/reference.ts), so the caller never branches on where
-  // its bytes live. Same bytes. (kdaBlock still answers false for its caller's own paths.)
+  // its bytes live. Same bytes.
 
   /** Runs `fn` on the member whose memory holds every one of `state`; false when none does. */
   private onState(state: readonly ArrayBufferView[], fn: (k: Kernels) => void): boolean {
@@ -181,23 +181,15 @@ export class Compute {
     return true;
   }
 
-  /** KDA delta-rule step for heads [0, H) of one token, in place on S (see Kernels.kdaStep; reference kdaRecurStep per head). */
-  kdaStep(S: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, alpha: Float32Array, beta: Float32Array, o: Float32Array, H: number, d: number): void {
-    if (this.onState([S], (kk) => kk.kdaStep(S, q, k, v, alpha, beta, o, H, d))) return;
-    const u = new Float32Array(d);
-    for (let h = 0; h < H; h++) kdaRecurStep(S, h * d * d, d, q, k, v, alpha, beta[h]!, o, h * d, u);
-  }
-
-  /**
-   * The KDA block of a token (or T tokens) after its projections, in one dispatch (see
-   * Kernels.kdaBlock), when the state (S, conv, work) lives in this group's memory. The layer's
-   * constant vectors (taps, dt_bias, o_norm) are placed in kernel memory once and reused.
-   */
-  kdaBlock(a: KdaBlockArgs): boolean {
-    return this.onState([a.S, a.conv, a.work], (kk) => {
+  /** The KDA block of a.T tokens after its projections (Kernels.kdaBlock) when the state (S, conv,
+   *  work) lives in this group's memory, else its reference kdaBlockRef. The layer's constant
+   *  vectors (taps, dt_bias, o_norm) are placed in kernel memory once and reused. */
+  kdaBlock(a: KdaBlockArgs): void {
+    const done = this.onState([a.S, a.conv, a.work], (kk) => {
       const c = (v: Float32Array): Float32Array => this.resident(kk, v);
       kk.kdaBlock({ ...a, qConv: c(a.qConv), kConv: c(a.kConv), vConv: c(a.vConv), dtBias: c(a.dtBias), oNorm: c(a.oNorm) });
     });
+    if (!done) kdaBlockRef(a);
   }
 
   private readonly placed = new WeakMap<Float32Array, Float32Array>();

@@ -270,7 +270,7 @@ export class Chain {
   }
 
   /**
-   * MLA's latents of T tokens appended to a cache (mla.ts appendLatents, without rope): row t of
+   * MLA's latents of T tokens appended to a cache (mlaAppendRef in graph/reference.ts, without rope): row t of
    * `lat` = RMSNorm(a row t [0, Lk)) with `norm`, row t of `rope` = a row t [Lk, Lk + dr); lat and
    * rope are the cache's arrays from the first new position. One op of the current step.
    */

@@ -275,7 +275,7 @@ export class Kernels extends KernelMemory {
    * The KDA block of T tokens after the projections (ops/kda-block.ts): short conv, L2, decay
    * (mode 'bounded'; 'given': `zOrAlpha` is α [T, P]), β, delta rule and gated norm, heads split
    * across the pool. S, conv and work must lie in this memory (the sequence state); the other
-   * arrays are used in place or copied in; y [T, P] is written. As kdaRecurrence in src/model/kda.ts.
+   * arrays are used in place or copied in; y [T, P] is written. As kdaBlockRef in src/graph/reference.ts.
    */
   kdaBlock(a: KdaBlockArgs): void {
     const m = this.mark();

@@ -5,28 +5,15 @@
 // operations either way, so the same bytes.
 
 import type { Chain, Compute } from '../graph/compute.js';
-import { attnResMixOn } from './attnres.js';
-import { rmsNorm } from './ops.js';
+import { inputNow, type InputOperands } from '../graph/graph.js';
 
-export interface BlockInput {
-  /** The snapshots, then the current stream (each [T, D]); the stream alone when fold is null. */
-  cands: Float32Array[];
-  /** The AttnRes site's fold (attnres.ts foldWeights), or null: no mix. */
-  fold: Float32Array | null;
-  mixEps: number;
-  /** The block's norm gain [D] and eps. */
-  norm: Float32Array;
-  normEps: number;
-  T: number;
-  D: number;
-}
+/** The snapshots then the current stream (each [T, D]; the stream alone when fold is null), the
+ *  AttnRes site's fold (attnres.ts foldWeights) or null, and the block's norm gain [D] and eps. */
+export type BlockInput = InputOperands;
 
-/** x itself, or the input computed now: attnResMixOn (when there is a fold), then rmsNorm. */
+/** x itself, or the input computed now (graph.ts inputNow: the AttnRes mix when there is a fold, then rmsNorm). */
 export function blockInput(c: Compute, x: Float32Array | BlockInput): Float32Array {
-  if (x instanceof Float32Array) return x;
-  const { cands, fold, T, D } = x;
-  const h = fold ? attnResMixOn(c, cands.slice(0, -1), cands.at(-1)!, T, D, fold, x.mixEps) : cands[0]!;
-  return rmsNorm(h, T, D, x.norm, x.normEps);
+  return x instanceof Float32Array ? x : inputNow(c, x);
 }
 
 /** The constants a chain needs in kernel memory for this input (place them before it begins). */

@@ -3,7 +3,7 @@
 // snapshots B; a layer mixes them before attention and before the FFN.
 
 import type { AttnResNames } from '../checkpoint/names.js';
-import { attnResMixOn, foldWeights } from './attnres.js';
+import { foldWeights } from './attnres.js';
 import type { BlockInput } from './block-input.js';
 import { attention, bundle, BundleKind, embed, ffn, head, normGain, type Block } from './decoder.js';
 import { addInPlace } from './ops.js';
@@ -54,7 +54,7 @@ async function tapState(b: Block, stream: Taps['stream'], l: number, p: Float32A
   if (l === b.cfg.numLayers - 1) return null; // hL: taken after the output mix
   if (B.length === 0) return p.slice();
   const f = await fold(b, BundleKind.FoldAttn, l + 1, () => b.names.layerAttnRes(l + 1, 'attn'));
-  return attnResMixOn(b.compute, B, p, T, b.cfg.hiddenSize, f, b.cfg.rmsNormEps);
+  return b.compute.attnResMix([...B, p], T, b.cfg.hiddenSize, f, b.cfg.rmsNormEps);
 }
 
 export async function forwardK3(b: Block, state: SequenceState | Batch, ids: number[], rows: number[], taps?: Taps, pos = 0): Promise<Float32Array> {
@@ -69,7 +69,7 @@ export async function forwardK3(b: Block, state: SequenceState | Batch, ids: num
     // copied now: the next layer adds into p in place
     if (taps?.layers.includes(l)) tapped.push(await tapState(b, taps.stream, l, p, B, T));
   }
-  const hL = attnResMixOn(b.compute, B, p, T, cfg.hiddenSize, await fold(b, BundleKind.FoldOut, 0, () => b.names.outputAttnRes), cfg.rmsNormEps);
+  const hL = b.compute.attnResMix([...B, p], T, cfg.hiddenSize, await fold(b, BundleKind.FoldOut, 0, () => b.names.outputAttnRes), cfg.rmsNormEps);
   if (taps) taps.take(pos, T, tapped.map((x) => x ?? hL.slice()));
   return head(b, hL, T, rows);
 }

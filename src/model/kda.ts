@@ -4,12 +4,12 @@
 // State per layer: S [H, dk, dk] f32 (rows = key channel, columns = value channel) and the last
 // W-1 pre-convolution inputs of q, k, v (conv tails), zeros at the start of a sequence.
 
-import { viewsNow, type Mat } from '../store/mat.js';
+import type { Mat } from '../store/mat.js';
 import { expRef, sigmoidRef, type Compute, type KdaBlockArgs } from '../graph/compute.js';
-import { linear, linearMany } from './ops.js';
-import { blockInput, chainInput, inputConstants, type BlockInput } from './block-input.js';
+import { graphFor, readResident, type Graph } from '../graph/graph.js';
+import { inputConstants, type BlockInput } from './block-input.js';
 
-const fr = Math.fround;
+export { shortConvStep } from '../graph/reference.js';
 
 export interface KdaParams {
   heads: number;
@@ -55,14 +55,13 @@ export interface KdaState {
 
 /**
  * What a speculative sweep keeps so that it can be cut back to its first tokens without reading
- * a weight again (issue 9): S and the conv tails from before the sweep, and per token the vectors
- * the recurrence consumed (q, k, v, α [P each], β [H]) and the conv tails after it.
+ * a weight again (issue 9): S and the conv tails from before the sweep, and each block call's
+ * arguments with copies of its rows (the projections after x, the decay's input), in order.
  */
 export interface KdaSweep {
   S0: Float32Array;
   conv0: Float32Array;
-  steps: Float32Array[];
-  tails: Float32Array[];
+  calls: KdaBlockArgs[];
 }
 
 /** Allocates zero-filled f32 arrays (e.g. in kernel memory: KernelGroup.allocF32). */
@@ -90,24 +89,6 @@ export function newKdaState(p: KdaParams, alloc?: F32Alloc | null): KdaState {
 }
 
 /**
- * Causal depthwise conv + SiLU for one token over P channels, updating the tail (docs/spec/K3.md §6.3 K4):
- * u = Σ_m c[j,m]·x_{t-W+1+m}[j] (m = 0 oldest … W-1 current), summed in that order; out = silu(u).
- * σ here and in the rest of the block is sigmoidRef (our own exp, shared with the WebAssembly
- * block kernel wasm/kda-block.ts), not Math.exp.
- */
-export function shortConvStep(xt: Float32Array, xo: number, taps: Float32Array, tail: Float32Array, tailOff: number, P: number, W: number, out: Float32Array, oo: number): void {
-  for (let j = 0; j < P; j++) {
-    let u = 0;
-    for (let m = 0; m < W - 1; m++) u += taps[j * W + m]! * tail[tailOff + m * P + j]!;
-    u += taps[j * W + W - 1]! * xt[xo + j]!;
-    out[oo + j] = u * sigmoidRef(u);
-  }
-  // Shift the tail: drop the oldest, append the current input.
-  for (let m = 0; m < W - 2; m++) tail.copyWithin(tailOff + m * P, tailOff + (m + 1) * P, tailOff + (m + 2) * P);
-  if (W > 1) tail.set(xt.subarray(xo, xo + P), tailOff + (W - 2) * P);
-}
-
-/**
  * Per-channel decay α = exp(g) (docs/spec/ARCHITECTURE.md §3.3 P4–P5, §4.3); z is f_b(f_a(x)) before dt_bias. K3's bounded
  * gate uses sigmoidRef and expRef (the block kernel's numbers); Kimi Linear's softplus gate stays
  * on Math (the kernel takes its α from here). A = Math.exp(A_log) either way.
@@ -125,16 +106,6 @@ export function kdaDecay(p: KdaParams, z: Float32Array, zo: number, aLog: Float3
   }
 }
 
-/** L2-normalize each head of a [P] vector in place: x / sqrt(Σx² + 1e-6), times `scale`. */
-function l2Heads(x: Float32Array, heads: number, d: number, scale: number): void {
-  for (let h = 0; h < heads; h++) {
-    let ss = 0;
-    for (let i = 0; i < d; i++) ss += x[h * d + i]! * x[h * d + i]!;
-    const inv = 1 / Math.sqrt(ss + 1e-6);
-    for (let i = 0; i < d; i++) x[h * d + i] = fr(x[h * d + i]! * inv) * scale;
-  }
-}
-
 /** One sequence's rows of a batched KDA call: `T` consecutive rows advancing `state`. */
 export interface KdaPart {
   T: number;
@@ -144,75 +115,54 @@ export interface KdaPart {
 /**
  * KDA for T tokens of normalized input x [T, D], advancing `state`. Returns [T, D]. Given parts
  * (several sequences' rows back to back), the projections run once over all rows (each weight
- * read once) and each part's recurrence on its own state; each row's numbers are as if alone.
+ * read once) and each part's block on its own state; each row's numbers are as if alone. One
+ * graph (graph/graph.ts): the block's input, the products of x, the low-rank second halves, each
+ * part's KDA block (kda_block, or its reference kdaBlockRef), o_proj.
  */
 export async function kdaForward(c: Compute, p: KdaParams, w: KdaWeights, xin: Float32Array | BlockInput, T: number, state: KdaState | readonly KdaPart[]): Promise<Float32Array> {
-  const H = p.heads;
-  const d = p.headDim;
-  const P = H * d;
+  const H = p.heads, P = H * p.headDim;
   const parts = 'S' in state ? [{ T, state }] : state;
-  const chained = kdaChained(c, p, w, xin, T, parts);
-  if (chained) return chained;
-  const x = blockInput(c, xin);
-  // Every product of x in one batch, then the low-rank second halves (forward order: weights.ts trunkOrder).
-  const g1 = 'full' in w.gate ? w.gate.full : w.gate.a;
-  const [qr, kr, vr, fa, beta, g] = (await linearMany(c, [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => ({ m, x, T })))) as Float32Array[];
-  const [z, gb] = await linearMany(c, [{ m: w.fb, x: fa!, T }, ...('full' in w.gate ? [] : [{ m: w.gate.b, x: g!, T }])]);
-  const gamma = gb ?? g!;
-  const y = new Float32Array(T * P);
-  let r0 = 0;
-  for (const part of parts) {
-    kdaRecurrence(c, p, w, { qr, kr, vr, z, beta, gamma }, r0, part.T, part.state, y);
-    r0 += part.T;
-  }
-  return linear(c, w.o, y, T);
-}
-
-/**
- * kdaForward in one chained dispatch (Compute.chainFor): the block's input (when still to compute),
- * the projections of x, the low-rank second halves, each part's KDA block, o_proj, a barrier
- * between the steps; the same kernels on the same numbers as the dispatches below, so the same
- * bytes. Null (nothing done) unless every weight is resident in one kernel memory with each
- * part's state, the gate is K3's bounded one (Kimi Linear's softplus decay runs in JavaScript)
- * and no speculative sweep is recording.
- */
-function kdaChained(c: Compute, p: KdaParams, w: KdaWeights, xin: Float32Array | BlockInput, T: number, parts: readonly KdaPart[]): Float32Array | null {
-  if (p.gateLowerBound === null || !c.group) return null;
-  const states: Float32Array[] = [];
-  for (const { state } of parts) {
-    if (!state.work || state.sweep) return null;
-    states.push(state.S, state.conv, state.work);
-  }
-  const gate = w.gate, full = 'full' in gate;
-  const views = viewsNow([w.q, w.k, w.v, w.fa, w.b, ...('full' in gate ? [gate.full, w.fb] : [gate.a, w.fb, gate.b]), w.o]);
-  if (!views) return null;
-  // the layer's constants placed in kernel memory first (they outlive the chain)
-  const placed = c.placedNear(states[0]!, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm, ...inputConstants(xin)]);
-  const ch = placed && c.chainFor(views, [...states, ...placed]);
-  if (!ch) return null;
-  const [qConv, kConv, vConv, dtBias, oNorm] = placed as Float32Array[];
+  const gate = w.gate, g1 = 'full' in gate ? gate.full : gate.a;
+  await readResident([w.q, w.k, w.v, w.fa, w.b, g1, w.fb, ...('full' in gate ? [] : [gate.b]), w.o]);
+  const near = parts.flatMap(({ state: s }) => [s.S, s.conv, ...(s.work ? [s.work] : [])]);
+  const g = graphFor(c, near, [w.qConv, w.kConv, w.vConv, w.dtBias, w.oNorm, ...inputConstants(xin)]);
   try {
-    const x = chainInput(ch, xin, placed!.slice(5));
-    const H = p.heads, P = H * p.headDim;
-    const [qr, kr, vr, fa, beta, g] = views.slice(0, 6).map((v) => ch.matmul(v!, x, T)) as Float32Array[];
-    ch.next();
-    const z = ch.matmul(views[6]!, fa!, T);
-    const gamma = full ? g! : ch.matmul(views[7]!, g!, T);
-    ch.next();
-    const y = ch.alloc(T * P);
-    const A = expALog(w, H);
-    const pr = { qr: qr!, kr: kr!, vr: vr!, beta: beta!, gamma }, consts = { qConv, kConv, vConv, dtBias, oNorm };
+    const x = g.input(xin);
+    const [qr, kr, vr, fa, beta, gg] = [w.q, w.k, w.v, w.fa, w.b, g1].map((m) => g.matmul(m, x, T)) as Float32Array[];
+    g.next();
+    const z = g.matmul(w.fb, fa!, T);
+    const gamma = 'full' in gate ? gg! : g.matmul(gate.b, gg!, T);
+    g.next();
+    const zOrAlpha = p.gateLowerBound === null ? softplusDecay(g, p, w, z, T) : z;
+    const y = g.alloc(T * P);
+    const A = expALog(w, H), pr = { qr: qr!, kr: kr!, vr: vr!, beta: beta!, gamma };
+    const sweeps: [KdaSweep, KdaBlockArgs][] = [];
     let r0 = 0;
-    for (const { T: n, state } of parts) {
-      ch.kdaBlock(blockArgs(p, consts, state, pr, r0, n, z.subarray(r0 * P, (r0 + n) * P), y.subarray(r0 * P, (r0 + n) * P), A));
+    for (const { T: n, state: s } of parts) {
+      const a = blockArgs(p, w, s, pr, r0, n, zOrAlpha.subarray(r0 * P, (r0 + n) * P), y.subarray(r0 * P, (r0 + n) * P), A);
+      g.kdaBlock(a);
+      if (s.sweep) sweeps.push([s.sweep, a]);
       r0 += n;
     }
-    const out = ch.next().matmul(views.at(-1)!, y, T, new Float32Array(T * w.o.rows));
-    ch.run();
+    const out = g.next().matmul(w.o, y, T, new Float32Array(T * w.o.rows));
+    await g.run();
+    // what a rollback re-runs: the block's rows, copied out of the graph's arrays
+    for (const [sw, a] of sweeps) sw.calls.push({ ...a, qr: a.qr.slice(), kr: a.kr.slice(), vr: a.vr.slice(), zOrAlpha: a.zOrAlpha.slice(), b: a.b.slice(), gamma: a.gamma.slice() });
     return out;
   } finally {
-    ch.done();
+    g.done();
   }
+}
+
+/** Kimi Linear's α = exp(−exp(A_log)·softplus(z + dt_bias)) for T rows, a JavaScript step (Math.log1p: no kernel has it). */
+function softplusDecay(g: Graph, p: KdaParams, w: KdaWeights, z: Float32Array, T: number): Float32Array {
+  const P = p.heads * p.headDim;
+  const alpha = g.alloc(T * P);
+  g.host(() => {
+    for (let i = 0; i < T; i++) kdaDecay(p, z, i * P, w.aLog, w.dtBias, alpha.subarray(i * P, (i + 1) * P));
+  });
+  g.next();
+  return alpha;
 }
 
 /** exp(A_log) per head, in double (the KDA block kernel's A). */
@@ -223,7 +173,7 @@ function expALog(w: KdaWeights, H: number): Float64Array {
 }
 
 /**
- * Kernels.kdaBlock's arguments for `len` tokens of `state`: the projections' rows [row, row + len),
+ * The KDA block's arguments for `len` tokens of `state`: the projections' rows [row, row + len),
  * zOrAlpha and y those tokens' rows already; the constant vectors (taps, dt_bias, o_norm) from `k`.
  */
 function blockArgs(p: KdaParams, k: Pick<KdaWeights, 'qConv' | 'kConv' | 'vConv' | 'dtBias' | 'oNorm'>, state: KdaState, pr: Record<'qr' | 'kr' | 'vr' | 'beta' | 'gamma', Float32Array>,
@@ -231,117 +181,36 @@ function blockArgs(p: KdaParams, k: Pick<KdaWeights, 'qConv' | 'kConv' | 'vConv'
   const H = p.heads, d = p.headDim, P = H * d;
   const rows = (a: Float32Array, n: number): Float32Array => a.subarray(row * n, (row + len) * n);
   return {
-    S: state.S, conv: state.conv, work: state.work!,
+    S: state.S, conv: state.conv, work: state.work ?? new Float32Array(5 * P + H),
     qr: rows(pr.qr, P), kr: rows(pr.kr, P), vr: rows(pr.vr, P), zOrAlpha, b: rows(pr.beta, H), gamma: rows(pr.gamma, P), y,
     qConv: k.qConv, kConv: k.kConv, vConv: k.vConv, dtBias: k.dtBias, A, oNorm: k.oNorm,
     H, d, W: p.convSize, T: len, mode: p.gateLowerBound === null ? 'given' : 'bounded', eps: p.eps, lambda: p.gateLowerBound ?? 0, qScale: 1 / Math.sqrt(d),
   };
 }
 
-/** Rows [r0, r0 + T) of the projections through conv, recurrence and gated norm, into y. */
-function kdaRecurrence(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' | 'kr' | 'vr' | 'z' | 'beta' | 'gamma', Float32Array>, r0: number, T: number, state: KdaState, y: Float32Array): void {
-  const H = p.heads;
-  const d = p.headDim;
-  const P = H * d;
-  const W = p.convSize;
-  const { qr, kr, vr, z, beta, gamma } = pr;
-  if (state.work && kdaBlockFused(c, p, w, pr, r0, T, state, y)) return;
-  const work = state.work ?? new Float32Array(5 * P + H);
-  const q = work.subarray(0, P), k = work.subarray(P, 2 * P), v = work.subarray(2 * P, 3 * P);
-  const alpha = work.subarray(3 * P, 4 * P);
-  const o = work.subarray(4 * P, 5 * P);
-  const betas = work.subarray(5 * P, 5 * P + H);
-  const tailLen = (W - 1) * P;
-  const qScale = 1 / Math.sqrt(d);
-  for (let i = 0; i < T; i++) {
-    const t = r0 + i;
-    shortConvStep(qr, t * P, w.qConv, state.conv, 0, P, W, q, 0);
-    shortConvStep(kr, t * P, w.kConv, state.conv, tailLen, P, W, k, 0);
-    shortConvStep(vr, t * P, w.vConv, state.conv, 2 * tailLen, P, W, v, 0);
-    l2Heads(q, H, d, qScale);
-    l2Heads(k, H, d, 1);
-    kdaDecay(p, z, t * P, w.aLog, w.dtBias, alpha);
-    for (let h = 0; h < H; h++) betas[h] = sigmoidRef(beta[t * H + h]!); // rounded to f32 by the store
-    if (state.sweep) {
-      const rec = new Float32Array(4 * P + H);
-      rec.set(work.subarray(0, 4 * P));
-      rec.set(betas, 4 * P);
-      state.sweep.steps.push(rec);
-      state.sweep.tails.push(state.conv.slice());
-    }
-    c.kdaStep(state.S, q, k, v, alpha, betas, o, H, d);
-    // Gated RMSNorm per head: o · rsqrt(mean(o²)+eps) · w_on · σ(γ) (docs/spec/ARCHITECTURE.md §3.3 P9; norm first, gate second).
-    for (let h = 0; h < H; h++) {
-      let ss = 0;
-      for (let i = 0; i < d; i++) ss += o[h * d + i]! * o[h * d + i]!;
-      const r = 1 / Math.sqrt(ss / d + p.eps);
-      for (let i = 0; i < d; i++) {
-        const c = h * d + i;
-        y[t * P + c] = fr(o[c]! * r) * w.oNorm[i]! * sigmoidRef(gamma[t * P + c]!);
-      }
-    }
-  }
-}
-
-/**
- * The same rows through the WebAssembly block kernel (Compute.kdaBlock), when the state lives in
- * kernel memory: one dispatch for all T tokens, or one per token while a sweep records them.
- * Returns false (nothing done) otherwise. Same bytes as the loop in kdaRecurrence.
- */
-function kdaBlockFused(c: Compute, p: KdaParams, w: KdaWeights, pr: Record<'qr' | 'kr' | 'vr' | 'z' | 'beta' | 'gamma', Float32Array>, r0: number, T: number, state: KdaState, y: Float32Array): boolean {
-  const H = p.heads;
-  const P = H * p.headDim;
-  const A = expALog(w, H);
-  let zOrAlpha = pr.z.subarray(r0 * P, (r0 + T) * P);
-  if (p.gateLowerBound === null) {
-    // Kimi Linear's softplus gate stays in JavaScript (Math.log1p): the kernel takes α as given
-    zOrAlpha = new Float32Array(T * P);
-    for (let i = 0; i < T; i++) kdaDecay(p, pr.z, (r0 + i) * P, w.aLog, w.dtBias, zOrAlpha.subarray(i * P, (i + 1) * P));
-  }
-  const call = (i: number, len: number, out: Float32Array): boolean => c.kdaBlock(blockArgs(p, w, state, pr, r0 + i, len, zOrAlpha.subarray(i * P, (i + len) * P), out, A));
-  const yr = y.subarray(r0 * P, (r0 + T) * P);
-  if (!state.sweep) return call(0, T, yr);
-  for (let i = 0; i < T; i++) {
-    if (!call(i, 1, yr.subarray(i * P, (i + 1) * P))) {
-      if (i === 0) return false;
-      throw new Error('kdaBlock: the state left kernel memory mid-chunk');
-    }
-    // what the recurrence consumed (q, k, v, α, β) and the tails after the token, as kdaRecurrence records them
-    const work = state.work!;
-    const rec = new Float32Array(4 * P + H);
-    rec.set(work.subarray(0, 4 * P));
-    rec.set(work.subarray(5 * P, 5 * P + H), 4 * P);
-    state.sweep.steps.push(rec);
-    state.sweep.tails.push(state.conv.slice());
-  }
-  return true;
-}
-
 /** Start recording a speculative sweep on `state` (its S and conv tails are copied). */
 export function startKdaSweep(state: KdaState): void {
-  state.sweep = { S0: state.S.slice(), conv0: state.conv.slice(), steps: [], tails: [] };
+  state.sweep = { S0: state.S.slice(), conv0: state.conv.slice(), calls: [] };
 }
 
 /**
  * End the sweep keeping its first `keep` tokens: S and the tails become exactly what running only
- * those tokens would have left. S is restored and only the recurrence re-run over the kept tokens,
- * on the vectors the sweep recorded (same inputs, same operations: same bytes; no weight read).
+ * those tokens would have left. S and the tails are restored and the block re-run over the kept
+ * tokens' recorded rows (same inputs, same operations: same bytes; no weight read).
  */
 export function endKdaSweep(c: Compute, p: KdaParams, state: KdaState, keep: number): void {
   const sw = state.sweep;
   state.sweep = null;
   if (!sw) throw new Error('endKdaSweep without startKdaSweep');
-  if (keep >= sw.steps.length) return;
-  const H = p.heads;
-  const d = p.headDim;
-  const P = H * d;
+  if (keep >= sw.calls.reduce((n, a) => n + a.T, 0)) return;
+  const P = p.heads * p.headDim;
   state.S.set(sw.S0);
-  state.conv.set(keep > 0 ? sw.tails[keep - 1]! : sw.conv0);
-  const work = state.work ?? new Float32Array(5 * P + H);
-  for (let t = 0; t < keep; t++) {
-    const s = sw.steps[t]!;
-    work.set(s.subarray(0, 4 * P), 0);
-    work.set(s.subarray(4 * P), 5 * P);
-    c.kdaStep(state.S, work.subarray(0, P), work.subarray(P, 2 * P), work.subarray(2 * P, 3 * P), work.subarray(3 * P, 4 * P), work.subarray(5 * P, 5 * P + H), work.subarray(4 * P, 5 * P), H, d);
+  state.conv.set(sw.conv0);
+  const work = state.work ?? new Float32Array(5 * P + p.heads);
+  for (const a of sw.calls) {
+    const n = Math.min(keep, a.T);
+    if (n <= 0) break;
+    c.kdaBlock({ ...a, S: state.S, conv: state.conv, work, T: n, y: new Float32Array(n * P) });
+    keep -= n;
   }
 }

@@ -1,5 +1,5 @@
 // The fused KDA block kernel (wasm/kda-block.ts: conv, L2, decay, β, delta rule, gated norm in
-// one dispatch) against its JavaScript reference (kdaRecurrence in src/model/kda.ts), byte for
+// one dispatch) against its JavaScript reference (kdaBlockRef in src/graph/reference.ts), byte for
 // byte: output, S and conv tails, over several calls (decode steps and chunks), bounded and
 // softplus gates, odd sizes, threads 1/2, relaxed SIMD on/off, and a speculative sweep cut back.
 

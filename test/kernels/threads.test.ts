@@ -113,7 +113,7 @@ test('a released state is cleared and reused by newState(): same bytes as a fres
   }
 });
 
-test('resident blocks run as chained dispatches: a decode token makes one chain per FFN, per MoE head with a shared expert (launched before routing), per bounded-gate KDA layer and per MLA layer without rope', async () => {
+test('resident blocks run as chained dispatches: a decode token makes one chain per FFN, per MoE head with a shared expert (launched before routing), per KDA layer (two where the softplus gate\'s JavaScript step splits it) and per MLA layer (three with rope)', async () => {
   const { Kernels } = await import('../../src/kernels/fast.js');
   const inner = Kernels.prototype.chain;
   let chains = 0;
@@ -131,9 +131,9 @@ test('resident blocks run as chained dispatches: a decode token makes one chain 
         chains = 0;
         await m.forward(st, [4], 'last');
         const cfg = m.config;
-        const kda = cfg.kda && cfg.kda.gateLowerBound !== null ? cfg.layers.filter((L) => L.attn === 'kda').length : 0;
+        const kda = cfg.layers.filter((L) => L.attn === 'kda').length * (cfg.kda?.gateLowerBound === null ? 2 : 1);
         const heads = cfg.moe.shared > 0 ? cfg.layers.filter((L) => L.ffn === 'moe').length : 0;
-        const mla = cfg.mla.rope ? 0 : cfg.layers.filter((L) => L.attn === 'mla').length; // (MLA without rope, one token)
+        const mla = cfg.layers.filter((L) => L.attn === 'mla').length * (cfg.mla.rope ? 3 : 1); // (K2's rope: two JavaScript steps split it)
         assert.equal(chains, kda + mla + cfg.numLayers + heads, `${name}: chained dispatches in a decode token`);
       } finally {
         await m.close();

@@ -27,7 +27,7 @@ export const ATTNRES_NORM: OpDef = {
   dims: { T: [1, 4], m: [1, 4], D: [1, 40] },
   ref: {
     name: 'blockInput (src/model/block-input.ts): attnResMix, then rmsNorm',
-    fns: { attnResMix: 'model/attnres.js', rmsNorm: 'model/ops.js' },
+    fns: { attnResMix: 'graph/reference.js', rmsNorm: 'graph/reference.js' },
     run(f, a, { T, m, D }) {
       const c = a.cands as Float32Array[], eps = a.epsPtr as Float64Array;
       f.rmsNorm!(f.attnResMix!(c.slice(0, m - 1), c[m - 1], T, D, a.fold, eps[0]), T, D, a.norm, eps[1], a.out);

@@ -1,5 +1,5 @@
 // attnres_scores: the depth scores of Attention Residuals, tokens [t0, t1) (reference: attnResMix
-// in src/model/attnres.ts, its scores). Per token t and candidate i < m (candidate i's rows start
+// in src/graph/reference.ts, its scores). Per token t and candidate i < m (candidate i's rows start
 // at the i32 cands[i]; token t's at + t*D*4), in f64 from the f32 values, d ascending from +0:
 //   ss = sum c[d]*c[d];  r = 1 / sqrt(ss / D + eps);  scores[t*m + i] = sum (c[d]*r) * fold[d]
 // with eps the f64 at epsPtr: the operations the JavaScript does on doubles, in its order.
@@ -23,7 +23,7 @@ export const ATTNRES_SCORES: OpDef = {
   place: 'none: candidates and fold are copied in when outside',
   dims: { T: [1, 4], m: [1, 4], D: [1, 40] },
   ref: {
-    name: 'attnResMix (src/model/attnres.ts), its scores',
+    name: 'attnResMix (src/graph/reference.ts), its scores',
     fns: {},
     run(_f, a, { T, m, D }) {
       const c = a.cands as Float32Array[], fold = a.fold as Float32Array, out = a.scores as Float64Array, eps = (a.epsPtr as Float64Array)[0]!;

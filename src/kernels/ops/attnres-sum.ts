@@ -1,5 +1,5 @@
 // attnres_sum: the depth mix of Attention Residuals, tokens [t0, t1) (reference: attnResMix in
-// src/model/attnres.ts, its weighted sum): out[t*D + d] = f32(sum_i pi[t*m + i] * c_i[t*D + d]),
+// src/graph/reference.ts, its weighted sum): out[t*D + d] = f32(sum_i pi[t*m + i] * c_i[t*D + d]),
 // i ascending from +0, in f64 (pi f64, the softmax of attnres_scores).
 
 import { type Code, I32, F64, get, set, block, loop, br, br_if, i32, f32, f64 } from '../wasm/emit.js';
@@ -20,7 +20,7 @@ export const ATTNRES_SUM: OpDef = {
   place: 'none: candidates are copied in when outside',
   dims: { T: [1, 4], m: [1, 4], D: [1, 40] },
   ref: {
-    name: 'attnResMix (src/model/attnres.ts), its weighted sum',
+    name: 'attnResMix (src/graph/reference.ts), its weighted sum',
     fns: {},
     run(_f, a, { T, m, D }) {
       const c = a.cands as Float32Array[], pi = a.pi as Float64Array, out = a.out as Float32Array;

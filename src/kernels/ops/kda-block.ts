@@ -27,7 +27,7 @@ export const KDA_BLOCK: OpDef = {
   args: [{ name: 'pb', kind: 'i32', shape: '32', io: 'in', doc: 'parameter block (KDA_BLOCK_WORDS, then f64 eps, λ, qScale, A[H])' }],
   split: { unit: 'heads', range: 'H' },
   place: 'S, the conv tails and work (the sequence state) in kernel memory, else the reference runs; the rest is copied in',
-  refNote: 'kdaRecurrence (src/model/kda.ts); test/kernels/kda-block.test.ts',
+  refNote: 'kdaBlockRef (src/graph/reference.ts); test/kernels/kda-block.test.ts',
   emit(cx) {
     addKdaBlock(cx.fnx, cx.fn('kda_step'));
   },

@@ -26,7 +26,7 @@ export const KDA_STEP: OpDef = {
     { name: 'd', kind: 'int' },
   ],
   split: { unit: 'heads', range: 'H' },
-  place: 'S in kernel memory to run in place (else Compute.kdaStep leaves it to the reference); the rest is copied in',
+  place: 'S in kernel memory to run in place (else the reference, kdaRecurStep); the rest is copied in',
   dims: { H: [1, 3], d: [1, 40] },
   ref: {
     name: 'kdaRecurStep (src/graph/reference.ts), per head',

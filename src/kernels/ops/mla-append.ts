@@ -1,5 +1,5 @@
-// mla_append: MLA's latents of tokens [t0, t1) appended to the cache (reference: appendLatents in
-// src/model/mla.ts, without rope): lat row t = RMSNorm of a row t [0, Lk), rope row t = a row t
+// mla_append: MLA's latents of tokens [t0, t1) appended to the cache (reference: mlaAppendRef in
+// src/graph/reference.ts, without rope): lat row t = RMSNorm of a row t [0, Lk), rope row t = a row t
 // [Lk, Lk + dr).
 
 import { type Code, I32, get, set, block, loop, br, br_if, call, i32, f32 } from '../wasm/emit.js';
@@ -23,15 +23,14 @@ export const MLA_APPEND: OpDef = {
   place: 'a, norm and the cache rows lat, rope in kernel memory',
   dims: { T: [1, 4], Lk: [1, 70], dr: [1, 20] },
   ref: {
-    name: 'appendLatents (src/model/mla.ts): rmsNorm of the latent part, the rope part copied',
-    fns: { rmsNorm: 'model/ops.js' },
+    name: 'mlaAppendRef (src/graph/reference.ts): rmsNorm of the latent part, the rope part copied',
+    fns: { mlaAppendRef: 'graph/reference.js' },
     run(f, a, { T, Lk, dr }) {
-      f.rmsNorm!(a.a, T, Lk, a.norm, (a.epsPtr as Float64Array)[0], a.lat, 0, Lk + dr);
-      for (let t = 0; t < T; t++) (a.rope as Float32Array).set((a.a as Float32Array).subarray(t * (Lk + dr) + Lk, (t + 1) * (Lk + dr)), t * dr);
+      f.mlaAppendRef!(a.a, T, Lk, dr, a.norm, (a.epsPtr as Float64Array)[0], a.lat, a.rope);
     },
   },
   emit(cx) {
-    // per token t: lat row t = RMSNorm(a row t [0, Lk)); rope row t = a row t [Lk, Lk + dr) (mla.ts appendLatents, no rope)
+    // per token t: lat row t = RMSNorm(a row t [0, Lk)); rope row t = a row t [Lk, Lk + dr) (mlaAppendRef; rope, K2, is a later step)
     const f = cx.fnx('mla_append', { a: I32, aStride: I32, norm: I32, Lk: I32, dr: I32, epsPtr: I32, lat: I32, rope: I32, t0: I32, t1: I32 });
     const A = (n: string): Code => get(f.p(n));
     const t = f.local('t', I32), row = f.local('row', I32), src = f.local('src', I32), dst = f.local('dst', I32), end = f.local('end', I32);

@@ -1,5 +1,5 @@
 // mla_softmax: the softmax of each head's n scores in place, heads [h0, h1) (reference:
-// mlaSoftmaxRef in src/model/mla.ts): max, ex_s = exp(sc_s - max) (Math.exp, imported) kept at
+// mlaSoftmaxRef in src/graph/reference.ts): max, ex_s = exp(sc_s - max) (Math.exp, imported) kept at
 // ex + 8hn, Z = sum ex_s in f64, s ascending from +0, sc_s = f32(ex_s / Z).
 
 import { type Code, I32, F64, get, set, block, loop, br, br_if, call, select, i32, f32, f64 } from '../wasm/emit.js';
@@ -18,8 +18,8 @@ export const MLA_SOFTMAX: OpDef = {
   place: 'sc in kernel memory (an earlier step\'s scores)',
   dims: { H: [1, 3], n: [1, 40] },
   ref: {
-    name: 'mlaSoftmaxRef (src/model/mla.ts)',
-    fns: { mlaSoftmaxRef: 'model/mla.js' },
+    name: 'mlaSoftmaxRef (src/graph/reference.ts)',
+    fns: { mlaSoftmaxRef: 'graph/reference.js' },
     run(f, a, { H, n }) {
       f.mlaSoftmaxRef!(a.sc, n, H);
     },

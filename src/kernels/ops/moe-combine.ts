@@ -25,7 +25,7 @@ export const MOE_COMBINE: OpDef = {
   dims: { T: [1, 4], K: [1, 4], zw: [1, 40] },
   ref: {
     name: 'moeForward (src/model/moe.ts): the routed sum, then rmsNorm',
-    fns: { rmsNorm: 'model/ops.js' },
+    fns: { rmsNorm: 'graph/reference.js' },
     run(f, a, { T, K, zw }) {
       const ys = a.ys as Float32Array[], w = a.wts as Float32Array, out = a.out as Float32Array;
       out.fill(0, 0, T * zw);

@@ -1,4 +1,4 @@
-// rms_norm_rows: RMSNorm of rows [t0, t1) (reference: rmsNorm in src/model/ops.ts). Per row t:
+// rms_norm_rows: RMSNorm of rows [t0, t1) (reference: rmsNorm in src/graph/reference.ts). Per row t:
 // ss = sum v*v, r = 1 / sqrt(ss / n + eps) in f64, out = f32(w[i] * f32(v * r)); row t of x at
 // x + t*xStride, of out at out + t*outStride (out may be x). rms_norm_row (kit.ts) does one row.
 
@@ -22,8 +22,8 @@ export const RMS_NORM: OpDef = {
   place: 'x from an earlier step, or copied in; w a constant in kernel memory',
   dims: { T: [1, 4], n: [1, 70] },
   ref: {
-    name: 'rmsNorm (src/model/ops.ts)',
-    fns: { rmsNorm: 'model/ops.js' },
+    name: 'rmsNorm (src/graph/reference.ts)',
+    fns: { rmsNorm: 'graph/reference.js' },
     run(f, a, { T, n }) {
       f.rmsNorm!(a.x, T, n, a.w, (a.epsPtr as Float64Array)[0], a.out);
     },

@@ -1,5 +1,5 @@
 // sigmoid_gate: MLA's output gate in place, elements [i0, i1) (reference: sigmoidGateRef in
-// src/model/mla.ts): out_i = f32(out_i * (1 / (1 + exp(-g_i)))), exp = Math.exp (imported).
+// src/graph/reference.ts): out_i = f32(out_i * (1 / (1 + exp(-g_i)))), exp = Math.exp (imported).
 
 import { type Code, I32, get, set, block, loop, br, br_if, call, i32, f32, f64 } from '../wasm/emit.js';
 import { inc } from './kit.js';
@@ -16,8 +16,8 @@ export const SIGMOID_GATE: OpDef = {
   place: 'out and g in kernel memory (earlier steps\' outputs)',
   dims: { N: [1, 100] },
   ref: {
-    name: 'sigmoidGateRef (src/model/mla.ts)',
-    fns: { sigmoidGateRef: 'model/mla.js' },
+    name: 'sigmoidGateRef (src/graph/reference.ts)',
+    fns: { sigmoidGateRef: 'graph/reference.js' },
     run(f, a, { N }) {
       f.sigmoidGateRef!(a.out, a.g, N);
     },

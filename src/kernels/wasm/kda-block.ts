@@ -1,7 +1,7 @@
 // The whole per-token KDA block after the projections, in one WebAssembly kernel (issue 13): the
 // element-wise work that ran in JavaScript on the calling thread while the workers idled now runs
 // split across the threads by heads, in the same dispatch as the delta rule. Reference:
-// kdaRecurrence in src/model/kda.ts (same operations, same order, all in f64 where it is in
+// kdaBlockRef in src/graph/reference.ts (same operations, same order, all in f64 where it is in
 // double there; docs/NUMERICS.md).
 //
 // kda_block(pb, h0, h1): heads [h0, h1) of T tokens. For head h and token t (channels
