@@ -26,6 +26,12 @@ function kdaLayers(d: SynthDims): number[] {
   return out;
 }
 
+/** The weights block of a compressed-tensors group (4 bits in groups of 32, symmetric) with `extra`, keys sorted as the files have them. */
+function groupWeights(extra: Json): Json {
+  const common: Json = { actorder: null, block_structure: null, dynamic: false, group_size: 32, num_bits: 4, observer: 'minmax', observer_kwargs: {}, strategy: 'group', symmetric: true };
+  return Object.fromEntries(Object.entries({ ...common, ...extra }).sort(([a], [b]) => (a < b ? -1 : 1)));
+}
+
 export const K3_QUANTIZATION_CONFIG: Json = {
   config_groups: {
     group_0: {
@@ -33,20 +39,7 @@ export const K3_QUANTIZATION_CONFIG: Json = {
       input_activations: null,
       output_activations: null,
       targets: ['Linear'],
-      weights: {
-        actorder: null,
-        block_structure: null,
-        dynamic: false,
-        group_size: 32,
-        num_bits: 4,
-        observer: 'minmax',
-        observer_kwargs: {},
-        scale_dtype: 'torch.uint8',
-        strategy: 'group',
-        symmetric: true,
-        type: 'float',
-        zp_dtype: null,
-      },
+      weights: groupWeights({ scale_dtype: 'torch.uint8', type: 'float', zp_dtype: null }),
     },
   },
   format: 'mxfp4-pack-quantized',
@@ -63,18 +56,7 @@ export const K2_INT4_QUANTIZATION_CONFIG: Json = {
       input_activations: null,
       output_activations: null,
       targets: ['Linear'],
-      weights: {
-        actorder: null,
-        block_structure: null,
-        dynamic: false,
-        group_size: 32,
-        num_bits: 4,
-        observer: 'minmax',
-        observer_kwargs: {},
-        strategy: 'group',
-        symmetric: true,
-        type: 'int',
-      },
+      weights: groupWeights({ type: 'int' }),
     },
   },
   format: 'pack-quantized',
