@@ -11,11 +11,9 @@ import { gatedActRef, type ActKind } from '../kernels/wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
 import { MiB } from '../util/format.js';
 import type { KernelProfile } from '../kernels/profile.js';
-import type { Chain } from '../kernels/chain.js';
 import { attnResMix, kdaBlockRef, mlaScoresRef, mlaWeightedSumRef } from './reference.js';
 
 export { KernelProfile, PROFILE_BUCKETS, type ProfileBucket } from '../kernels/profile.js';
-export type { Chain } from '../kernels/chain.js';
 
 /** Kernel memory kept free of sequence state, for the kernels' temporaries (activation copies). */
 const STATE_HEADROOM = 192 * MiB;
@@ -230,19 +228,6 @@ export class Compute {
     const g = this.kernels;
     if (g) g.members[0]!.gatedActBatch(items, kind, b, bl);
     else for (const { gate, up, out } of items) gatedActRef(gate, up, out, kind, b, bl);
-  }
-
-  /**
-   * A chained dispatch (chain.ts) on the member whose memory holds every weight view and array
-   * given; null without one (the caller then dispatches step by step; the same bytes).
-   */
-  chainFor(views: readonly WeightView[], arrays: readonly Float32Array[] = []): Chain | null {
-    const g = this.kernels;
-    const k = !g ? null : views.length ? g.owner(views[0]!) : arrays.length ? g.ownerOf(arrays[0]!) : null;
-    if (!k) return null;
-    for (const v of views) if (!k.contains(v.data)) return null;
-    for (const a of arrays) if (!k.contains(a)) return null;
-    return k.chain();
   }
 
   /**

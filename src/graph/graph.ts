@@ -13,7 +13,7 @@ import type { WeightView } from '../formats/weight.js';
 import { viewNow, visitParts, type GatedMats, type Mat } from '../store/mat.js';
 import type { Compute } from './compute.js';
 import { linearManyInto, type LinearItem } from './linear.js';
-import { mlaAppendRef, mlaSoftmaxRef, rmsNorm, sigmoidGateRef } from './reference.js';
+import { gatherRowsRef, mlaAppendRef, mlaSoftmaxRef, moeCombineRef, rmsNorm, sigmoidGateRef } from './reference.js';
 
 /** A JavaScript step (or a host op): runs after every call recorded before it. */
 export type HostStep = () => void | Promise<void>;
@@ -56,6 +56,12 @@ export class Graph implements AttendOps {
   private hosts: HostStep[] = [];
   /** Whether a host step left weight memory allocated above the chains' arrays. */
   private grew = false;
+  /** Segments run so far (start() runs those before the overlap point, run() the rest). */
+  private ranTo = 0;
+  /** Where overlap() was called: the first segment after it, and the steps before it of a chain that goes on past it. */
+  private split: { seg: number; steps: number } | null = null;
+  /** The chain start() launched, until join(). */
+  private launched: Chain | null = null;
 
   /** home's arena top before the graph's arrays. */
   private readonly mark: number;
@@ -199,24 +205,72 @@ export class Graph implements AttendOps {
     return out;
   }
 
+  /** Rows `rows` of src [*, cols], back to back (a MoE expert's tokens): chained when src lies in home, else a host step. */
+  gatherRows(src: Float32Array, rows: readonly number[], cols: number): Float32Array {
+    if (this.inHome(src)) return this.chain.gatherRows(src, rows, cols);
+    const out = this.alloc(rows.length * cols);
+    this.host(() => void gatherRowsRef(src, rows, cols, out));
+    return out;
+  }
+
+  /** The routed sum of T MoE tokens over their K expert rows `ys` (t·K + j) with weights wts, then the latent norm (ops/moe-combine.ts; reference moeCombineRef). */
+  moeCombine(ys: readonly Float32Array[], wts: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number): Float32Array {
+    const n = norm && this.constant(norm);
+    if (this.inHome(...ys, ...(n ? [n] : []))) return this.chain.moeCombine(Uint32Array.from(ys, (y) => y.byteOffset), wts, T, K, zw, n, eps);
+    const out = this.alloc(T * zw);
+    this.host(() => void moeCombineRef(ys, wts, T, K, zw, norm, eps, out));
+    return out;
+  }
+
   /** out[i] = f32(out[i] · σ(g[i])) in place (MLA's output gate). */
   sigmoidGate(out: Float32Array, g: Float32Array, n: number): void {
     if (this.inHome(out)) return this.chain.sigmoidGate(out, g, n);
     this.host(() => sigmoidGateRef(out, g, n));
   }
 
-  /** Every call, in order. */
+  /** The calls recorded after this may go on in the background of the caller's work (start()). */
+  overlap(): void {
+    this.next();
+    // (an open chain is the last segment: a host call closes it)
+    const steps = this.open?.closedSteps ?? 0;
+    this.split = steps > 0 ? { seg: this.segments.length - 1, steps } : { seg: this.segments.length, steps: 0 };
+  }
+
+  /**
+   * The calls recorded before overlap(), in order; a chain that goes on past that point is
+   * launched (Chain.launch): this returns once its steps before the point are done and its
+   * workers go on with the rest until join(). Host calls after the point wait for run().
+   */
+  async start(): Promise<void> {
+    const { seg, steps } = this.split ?? { seg: this.segments.length, steps: 0 };
+    this.open = null; // (calls recorded from here on go to chains of their own)
+    for (; this.ranTo < seg; this.ranTo++) await this.runSegment(this.segments[this.ranTo]!);
+    const s = this.segments[seg];
+    if (steps > 0 && s && !Array.isArray(s)) {
+      s.launch(steps);
+      this.launched = s;
+      this.ranTo++;
+    }
+  }
+
+  /** Every call not run yet, in order. A chain start() launched goes on in its workers until join(). */
   async run(): Promise<void> {
     this.next();
-    for (const s of this.segments) {
-      if (!Array.isArray(s)) {
-        s.run();
-        continue;
-      }
-      const m0 = this.home?.mark() ?? 0;
-      for (const step of s) await step();
-      if (this.home && this.home.mark() > m0) this.grew = true;
-    }
+    for (; this.ranTo < this.segments.length; this.ranTo++) await this.runSegment(this.segments[this.ranTo]!);
+  }
+
+  /** Waits for the chain start() launched: what it writes may be read after this. */
+  join(): void {
+    this.launched?.join();
+    this.launched = null;
+  }
+
+  private async runSegment(s: Chain | HostStep[]): Promise<void> {
+    if (!Array.isArray(s)) return s.run();
+    this.join(); // (a JavaScript step may read what the launched chain writes)
+    const m0 = this.home?.mark() ?? 0;
+    for (const step of s) await step();
+    if (this.home && this.home.mark() > m0) this.grew = true;
   }
 
   /** Frees the arrays alloc() and the chains gave (left in place when weight memory was
@@ -293,6 +347,24 @@ export function graphFor(c: Compute, near: readonly ArrayBufferView[], consts: r
   const placed = kk && near.every((a) => kk.contains(a)) ? c.placedNear(near[0]!, consts) : null;
   if (!kk || !placed || !placed.every((v) => kk.contains(v))) return new Graph(c, null, new Map());
   return new Graph(c, kk, new Map(consts.map((v, i) => [v, placed[i]!])));
+}
+
+/**
+ * `record`'s calls on a graph chained in the kernel memory of mats[0] (the first weight they
+ * read), with `consts` placed there, run at once; returns what `record` returned. The resident
+ * weights of `mats` are read first, so that no weight memory is allocated while it runs.
+ */
+export async function onGraph<R>(c: Compute, mats: readonly Mat[], consts: readonly Float32Array[], record: (g: Graph) => R): Promise<R> {
+  await readResident(mats);
+  const v = mats.length ? viewNow(mats[0]!) : null;
+  const g = graphFor(c, v ? [v.data] : [], consts);
+  try {
+    const out = record(g);
+    await g.run();
+    return out;
+  } finally {
+    g.done();
+  }
 }
 
 /** Reads what of `mats` is resident and not read yet, so that no weight memory is allocated while a graph runs. */

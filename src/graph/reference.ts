@@ -205,3 +205,24 @@ export function mlaSoftmaxRef(sc: Float32Array, n: number, H: number, ex: Float6
 export function sigmoidGateRef(out: Float32Array, g: Float32Array, n: number): void {
   for (let i = 0; i < n; i++) out[i] = out[i]! * (1 / (1 + Math.exp(-g[i]!)));
 }
+
+/** Rows `rows` of src [*, cols], back to back, into out (ops/gather-rows.ts: a MoE expert's tokens). */
+export function gatherRowsRef(src: Float32Array, rows: readonly number[], cols: number, out: Float32Array = new Float32Array(rows.length * cols)): Float32Array {
+  rows.forEach((r, i) => out.set(src.subarray(r * cols, (r + 1) * cols), i * cols));
+  return out;
+}
+
+/**
+ * The routed sum and latent norm of T MoE tokens (ops/moe-combine.ts): out[t] = Σ_j f32(w_tj ·
+ * ys[t·K + j]) in f32 from +0, j ascending (router order), then RMSNorm with norm (null: none).
+ */
+export function moeCombineRef(ys: readonly Float32Array[], wts: Float32Array, T: number, K: number, zw: number, norm: Float32Array | null, eps: number, out: Float32Array): Float32Array {
+  out.fill(0, 0, T * zw);
+  for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) addScaled(out, t * zw, ys[t * K + j]!, wts[t * K + j]!, zw);
+  return norm ? rmsNorm(out, T, zw, norm, eps, out) : out;
+}
+
+/** acc[o + i] = f32(acc[o + i] + f32(w · y[i])) for i < n (a function of its own: V8 optimizes it apart). */
+function addScaled(acc: Float32Array, o: number, y: Float32Array, w: number, n: number): void {
+  for (let i = 0; i < n; i++) acc[o + i] = acc[o + i]! + fr(w * y[i]!);
+}

@@ -122,6 +122,11 @@ export class Chain {
     return this;
   }
 
+  /** The steps next() has closed (a launch's `steps` counts these). */
+  get closedSteps(): number {
+    return this.steps.length - (this.cur.ops.length || this.cur.preps.length ? 0 : 1);
+  }
+
   /** n floats in the arena, valid until done() (their contents are whatever the arena held). */
   alloc(n: number): Float32Array {
     const off = this.k.allocOffset(4 * n); // (first: it may grow the memory, and mem() then is the new buffer)

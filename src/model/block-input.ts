@@ -4,7 +4,7 @@
 // block's last product and this block's first, issue 13); any other calls blockInput. The same
 // operations either way, so the same bytes.
 
-import type { Chain, Compute } from '../graph/compute.js';
+import type { Compute } from '../graph/compute.js';
 import { inputNow, type InputOperands } from '../graph/graph.js';
 
 /** The snapshots then the current stream (each [T, D]; the stream alone when fold is null), the
@@ -19,15 +19,4 @@ export function blockInput(c: Compute, x: Float32Array | BlockInput): Float32Arr
 /** The constants a chain needs in kernel memory for this input (place them before it begins). */
 export function inputConstants(x: Float32Array | BlockInput): Float32Array[] {
   return x instanceof Float32Array ? [] : x.fold ? [x.fold, x.norm] : [x.norm];
-}
-
-/**
- * x in a chain: itself, or the input as an op of the chain's current step (then the next step
- * begins, which may read it). `placed`: inputConstants(x) as placed in kernel memory.
- */
-export function chainInput(ch: Chain, x: Float32Array | BlockInput, placed: readonly Float32Array[]): Float32Array {
-  if (x instanceof Float32Array) return x;
-  const out = ch.attnResNorm(x.cands, x.fold ? placed[0]! : null, x.mixEps, placed.at(-1)!, x.normEps, x.T, x.D);
-  ch.next();
-  return out;
 }

@@ -4,8 +4,8 @@
 
 import type { Compute } from '../graph/compute.js';
 import { carve } from '../graph/linear.js';
-import { graphFor, readResident } from '../graph/graph.js';
-import { viewNow, type GatedMats } from '../store/mat.js';
+import { onGraph } from '../graph/graph.js';
+import type { GatedMats } from '../store/mat.js';
 
 export { rmsNorm } from '../graph/reference.js';
 export { linear, linearMany } from '../graph/linear.js';
@@ -59,16 +59,7 @@ export interface GatedMlpItem {
 /** gatedMlp of each item, on one graph (Graph.gatedMlps): one chained dispatch when every weight
  *  is in the kernel memory of the first, else three steps; each output what gatedMlp alone gives. */
 export async function gatedMlpMany(c: Compute, items: readonly GatedMlpItem[], act: Activation): Promise<Float32Array[]> {
-  const mats = items.flatMap(({ w }) => [w.gate, w.up, w.down]);
-  await readResident(mats);
-  const first = viewNow(mats[0]!);
-  const g = graphFor(c, first ? [first.data] : [], []);
-  try {
-    const ys = carve(items.map(({ w, T }) => T * w.down.rows));
-    g.gatedMlps(items.map((it, k) => ({ ...it, y: ys[k]! })), act.kind, act.situBeta, linearBeta(act));
-    await g.run();
-    return ys;
-  } finally {
-    g.done();
-  }
+  const ys = carve(items.map(({ w, T }) => T * w.down.rows));
+  await onGraph(c, items.flatMap(({ w }) => [w.gate, w.up, w.down]), [], (g) => g.gatedMlps(items.map((it, k) => ({ ...it, y: ys[k]! })), act.kind, act.situBeta, linearBeta(act)));
+  return ys;
 }

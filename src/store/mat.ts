@@ -42,17 +42,6 @@ export function viewNow(m: Mat): WeightView | null {
   return l.kind === 'resident' ? l.view : null;
 }
 
-/** Every matrix's view now (viewNow), or null when one is not resident and read yet. */
-export function viewsNow(mats: readonly Mat[]): WeightView[] | null {
-  const views: WeightView[] = [];
-  for (const m of mats) {
-    const v = viewNow(m);
-    if (!v) return null;
-    views.push(v);
-  }
-  return views;
-}
-
 /** Visit the matrix as consecutive row blocks [r0, r0 + view.rows), in order, whatever its lease. */
 export async function visitParts(m: Mat, fn: (view: WeightView, r0: number) => void): Promise<void> {
   const l = m.lease();

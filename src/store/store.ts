@@ -214,7 +214,7 @@ export class WeightStore {
   /**
    * Every weight buffer the plan holds is made: each pinned piece and each expert slot (both made
    * on first use). From then on a forward pass allocates no weight memory, so nothing it allocates
-   * can land inside a kernel chain launched meanwhile (moe.ts moeHeadChained), which frees what
+   * can land inside a kernel chain launched meanwhile (moe.ts headGraph), which frees what
    * lies above its start.
    */
   get buffersMade(): boolean {

@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { Compute, KernelGroup, REF_COMPUTE } from '../../src/graph/compute.js';
 import { graphFor, type Graph } from '../../src/graph/graph.js';
+import { gatherRowsRef, moeCombineRef } from '../../src/graph/reference.js';
 import * as ref from '../../src/kernels/ref.js';
 import { residentMat, rowSlice, type Mat } from '../../src/store/mat.js';
 import type { WeightView } from '../../src/formats/weight.js';
@@ -100,4 +101,44 @@ test('a graph chains what lies in its home memory and runs the rest on the host:
       h.done();
     }
   }
+});
+
+test('overlap() and start(): the calls before the point run at start(), a chain going on past it is launched and joined; gatherRows and moeCombine chain or run on the host, same bytes', async () => {
+  const c = new Compute(group);
+  const a = viewIn(group.alloc(4 * D * D), D, D, 'a'), b = viewIn(group.alloc(4 * D * D), D, D, 'b');
+  const x = randArr(T * D), wts = randArr(2 * T), norm = randArr(D).map((v) => v + 1);
+  const rows = [2, 0, 1, 1, 0, 2]; // (t, j) -> a row of b's output, K = 2
+  const forward = async (g: Graph): Promise<{ early: Float32Array; out: Float32Array }> => {
+    const ya = g.matmul(residentMat(a), x, T);
+    g.overlap();
+    const yb = g.matmul(residentMat(b), ya, T); // (goes on past start())
+    await g.start();
+    const early = ya.slice(); // (what the steps before the point write is ready now)
+    const z = g.gatherRows(yb, rows, D);
+    const ys = rows.map((_, i) => z.subarray(i * D, (i + 1) * D));
+    const sum = g.next().moeCombine(ys, wts, T, 2, D, norm, 1e-5);
+    await g.run();
+    g.join();
+    return { early, out: sum.slice() };
+  };
+  const ya = new Float32Array(T * D), yb = new Float32Array(T * D);
+  ref.matmul(a, x, T, ya);
+  ref.matmul(b, ya, T, yb);
+  const z = gatherRowsRef(yb, rows, D);
+  const want = moeCombineRef(rows.map((_, i) => z.subarray(i * D, (i + 1) * D)), wts, T, 2, D, norm, 1e-5, new Float32Array(T * D));
+
+  const member = group.members[0]!;
+  const state = c.allocF32(16);
+  graphFor(c, [state], [norm]).done(); // (places the norm: once, for good)
+  const mark = member.mark();
+  for (const g of [graphFor(c, [state], [norm]), graphFor(c, [], []), graphFor(REF_COMPUTE, [state], [norm])]) {
+    try {
+      const { early, out } = await forward(g);
+      assert.deepEqual(Buffer.from(early.buffer), Buffer.from(ya.buffer), 'the step before overlap()');
+      assert.deepEqual(Buffer.from(out.buffer), Buffer.from(want.buffer), 'gathered, combined and normed');
+    } finally {
+      g.done();
+    }
+  }
+  assert.equal(member.mark(), mark, 'the arena is back at its mark');
 });

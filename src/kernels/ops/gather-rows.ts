@@ -1,5 +1,5 @@
-// gather_rows: rows copied by a table of addresses, rows [t0, t1) (reference: gatherRows in
-// src/model/moe.ts: a MoE expert's tokens, back to back): the cols f32 at the i32 tab[t] copied to
+// gather_rows: rows copied by a table of addresses, rows [t0, t1) (reference: gatherRowsRef in
+// src/graph/reference.ts: a MoE expert's tokens, back to back): the cols f32 at the i32 tab[t] copied to
 // out + t*cols*4.
 
 import { type Code, I32, get, set, block, loop, br, br_if, i32 } from '../wasm/emit.js';
@@ -18,10 +18,10 @@ export const GATHER_ROWS: OpDef = {
   place: 'the source rows in kernel memory (an earlier step\'s output)',
   dims: { T: [1, 6], cols: [1, 40] },
   ref: {
-    name: 'gatherRows (src/model/moe.ts)',
-    fns: {},
-    run(_f, a, { T, cols }) {
-      (a.tab as Float32Array[]).forEach((r, t) => (a.out as Float32Array).set(r.subarray(0, cols), t * cols));
+    name: 'gatherRowsRef (src/graph/reference.ts)',
+    fns: { gatherRowsRef: 'graph/reference.js' },
+    run(f, a, { cols }) {
+      (a.tab as Float32Array[]).forEach((r, t) => f.gatherRowsRef!(r, [0], cols, (a.out as Float32Array).subarray(t * cols)));
     },
   },
   emit(cx) {

@@ -1,5 +1,5 @@
 // moe_combine: the routed outputs' weighted sum and latent norm of MoE tokens [t0, t1)
-// (reference: the routed sum and latent norm of moeForward in src/model/moe.ts). Per token t:
+// (reference: moeCombineRef in src/graph/reference.ts). Per token t:
 // out[t*zw + i] = sum_j f32(w_tj * y_tj[i]) in f32, j < K ascending from +0, with y_tj the row at
 // the i32 ys[t*K + j] and w_tj the f32 wts[t*K + j]; then, unless norm is 0, ops.ts rmsNorm in
 // place. Columns are independent, so each element's sum is the scalar one, 4 columns at a time.
@@ -24,13 +24,10 @@ export const MOE_COMBINE: OpDef = {
   place: 'the expert rows (earlier steps\' outputs) and norm in kernel memory; the tables are built in the arena',
   dims: { T: [1, 4], K: [1, 4], zw: [1, 40] },
   ref: {
-    name: 'moeForward (src/model/moe.ts): the routed sum, then rmsNorm',
-    fns: { rmsNorm: 'graph/reference.js' },
+    name: 'moeCombineRef (src/graph/reference.ts)',
+    fns: { moeCombineRef: 'graph/reference.js' },
     run(f, a, { T, K, zw }) {
-      const ys = a.ys as Float32Array[], w = a.wts as Float32Array, out = a.out as Float32Array;
-      out.fill(0, 0, T * zw);
-      for (let t = 0; t < T; t++) for (let j = 0; j < K; j++) for (let i = 0; i < zw; i++) out[t * zw + i] = out[t * zw + i]! + Math.fround(w[t * K + j]! * ys[t * K + j]![i]!);
-      f.rmsNorm!(out, T, zw, a.norm, (a.epsPtr as Float64Array)[0], out);
+      f.moeCombineRef!(a.ys, a.wts, T, K, zw, a.norm, (a.epsPtr as Float64Array)[0], a.out);
     },
   },
   emit(cx) {
