@@ -60,7 +60,7 @@
 //
 // Version 2 (written by `k3 pack --compress`; otherwise packs stay version 1): a BF16 trunk matrix
 // may carry `encoding: { code: "bf16-exp-nibble", block_rows, stored_bytes, blocks }` and is then
-// stored coded (src/kernels/bf16-code.ts): blocks of block_rows rows, back to back from
+// stored coded (src/formats/bf16-code.ts): blocks of block_rows rows, back to back from
 // offset_in_record, `blocks` the base64 of each block's stored length (u32 little-endian);
 // nbytes stays the raw size. Records and their sha256 cover the bytes as stored.
 //
@@ -73,7 +73,7 @@ import * as path from 'node:path';
 import { ReadError, UserError } from '../util/errors.js';
 import { DTYPE_BYTES, isDType, type DType } from '../formats/dtypes.js';
 import type { TensorEntry } from './safetensors.js';
-import { CODE_NAME } from '../kernels/fast.js';
+import { CODE_NAME } from '../formats/bf16-code.js';
 
 export const PACK_FORMAT = 'kimi-k3-ts packed';
 export const PACK_VERSION = 1;

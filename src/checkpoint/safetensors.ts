@@ -16,7 +16,7 @@ export interface TensorEntry {
   offset: number;
   nbytes: number;
   /**
-   * Set for a BF16 matrix a packed directory stores coded (`k3 pack --compress`, kernels/bf16-code.ts):
+   * Set for a BF16 matrix a packed directory stores coded (`k3 pack --compress`, formats/bf16-code.ts):
    * `offset` is where its first block starts, `nbytes` stays the raw size.
    */
   coded?: { blockRows: number; stored: number[]; storedBytes: number };

@@ -2,7 +2,8 @@
 // decoded, `--fast` requantization to 7-bit blocks, and the most rows a panel block may hold.
 // Made here, at load, so that the store knows no kernel's limits.
 
-import { bf16Decoder, decodeRunInPlace, q7View, requantizeQ7InPlace } from '../kernels/fast.js';
+import { bf16Decoder, q7View, requantizeQ7InPlace } from '../kernels/fast.js';
+import { decodeRunInPlace } from '../formats/bf16-code.js';
 import type { PieceTransform } from '../store/pieces.js';
 
 /** Rows a piece in column panels may have: fewer than the panel kernels' op word addresses (fast.ts panelWord). */

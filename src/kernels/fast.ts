@@ -439,7 +439,6 @@ export function createKernels(opts: KernelsOptions = {}): Promise<Kernels> {
 
 // The bf16 block code of `k3 pack --compress`: encoder, reference and WebAssembly decoders.
 export { bf16Decoder } from './wasm/bf16-decode.js';
-export { CODE_NAME, REF_DECODER, blockRowsFor, decodeRunInPlace, encodeBlock, runRawBytes, runStoredBytes, type BlockDecoder, type CodedRun } from './bf16-code.js';
 
 // docs/KERNELS.md's text, generated from the op registry (npm run kernels-doc).
 export { kernelsDoc } from './ops/doc.js';

@@ -1,4 +1,4 @@
-// `k3 pack --compress`: code the BF16 trunk matrices (kernels/bf16-code.ts) into temporary files
+// `k3 pack --compress`: code the BF16 trunk matrices (formats/bf16-code.ts) into temporary files
 // inside the pack's temporary directory; the pack then copies them into its records like any
 // other tensor, so records, offsets and sha256 cover the bytes as stored.
 
@@ -8,7 +8,7 @@ import type { ModelConfig } from '../checkpoint/config.js';
 import { trunkOrder } from '../checkpoint/names.js';
 import type { TensorEncoding } from '../checkpoint/packed.js';
 import type { TensorEntry } from '../checkpoint/safetensors.js';
-import { CODE_NAME, blockRowsFor, encodeBlock } from '../kernels/fast.js';
+import { CODE_NAME, blockRowsFor, encodeBlock } from '../formats/bf16-code.js';
 import { ReadError } from '../util/errors.js';
 
 /** Source rows read per step while coding (bounded memory whatever the tensor's size). */

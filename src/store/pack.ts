@@ -44,7 +44,7 @@ export interface PackOptions {
   fileSize?: number;
   experts?: ExpertsMode;
   chunkBytes?: number;
-  /** Store the BF16 trunk matrices losslessly coded (kernels/bf16-code.ts; a version 2 pack). */
+  /** Store the BF16 trunk matrices losslessly coded (formats/bf16-code.ts; a version 2 pack). */
   compress?: boolean;
   /** Called after every chunk copied (done and total bytes). Throwing aborts the pack. */
   onProgress?: (done: number, total: number) => void;

@@ -1,4 +1,4 @@
-// WebAssembly SIMD decoder of the bf16 block code (../bf16-code.ts has the format and the
+// WebAssembly SIMD decoder of the bf16 block code (src/formats/bf16-code.ts has the format and the
 // reference decoder, whose bytes this must give). Per 16 values: one 8-byte load of symbols, a
 // nibble split, one i8x16.swizzle through the block's exponent table, and bit moves that rebuild
 // the two bytes of each bf16 from the exponent and the sign+mantissa byte, and the checksum in
@@ -9,7 +9,7 @@
 // Decoding runs on the calling thread, one block (~64 KiB raw) per call.
 
 import { Fn, I32, V128, assemble, block, br_if, get, i32, i32x4, i8x16, loop, set, tee, v128, type Code } from './emit.js';
-import { HEADER_BYTES, checkHeader, pad16, type BlockDecoder } from '../bf16-code.js';
+import { HEADER_BYTES, checkHeader, pad16, type BlockDecoder } from '../../formats/bf16-code.js';
 
 const PAGE = 65536;
 const shl8 = (a: Code, n: Code): Code => [a, n, 0xfd, 0x6b]; // i8x16.shl

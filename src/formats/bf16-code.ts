@@ -1,6 +1,6 @@
 // Lossless coding of bf16 matrices (`k3 pack --compress`): the format, its encoder, the plain
 // TypeScript reference decoder, and the in-place driver the store calls. The WebAssembly SIMD
-// decoder (wasm/bf16-decode.ts) gives the same bytes; test/store/bf16-code.test.ts checks both.
+// decoder (src/kernels/wasm/bf16-decode.ts) gives the same bytes; test/formats/bf16-code.test.ts checks both.
 //
 // Why it saves bytes: a bf16 weight is sign (1 bit), exponent (8), mantissa (7). Sign and
 // mantissa are close to random, but trained (and N(0, 1/in) synthetic) weights use a dozen or so
