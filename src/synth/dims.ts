@@ -1,6 +1,7 @@
 // Model sizes for synthetic checkpoints: the presets, the option type, and their resolution into
 // one validated description (`ResolvedSynth`) that fully determines the written bytes.
 
+import type { MlaConfig } from '../checkpoint/config-types.js';
 import { UserError } from '../util/errors.js';
 
 /** `k25`: Kimi K2.5, K2's decoder (INT4 experts by default) under `language_model.` with vision stubs. */
@@ -33,8 +34,9 @@ export function isK2Like(arch: SynthArch): boolean {
 export const EXPERTS_FORMATS: readonly ExpertsFormat[] = ['mxfp4', 'bf16', 'int4', 'fp8'];
 export const PRESETS: readonly SynthPreset[] = ['tiny', 'demo', 'k3-medium', 'k3-real-layers'];
 
-/** Every size of a synthetic model. Fields that an arch does not have are ignored there (see notes). */
-export interface SynthDims {
+/** Every size of a synthetic model. Fields that an arch does not have are ignored there (see notes).
+ *  The MLA sizes are the config's (heads, q LoRA rank or null for a plain q_proj, kv LoRA rank, head dims). */
+export interface SynthDims extends Pick<MlaConfig, 'heads' | 'qLoraRank' | 'kvLoraRank' | 'nopeDim' | 'ropeDim' | 'vDim'> {
   vocab: number;
   hidden: number;
   layers: number;
@@ -44,14 +46,6 @@ export interface SynthDims {
   firstDense: number;
   /** Dense MLP width. */
   intermediate: number;
-  /** MLA heads. */
-  heads: number;
-  /** MLA query LoRA rank, or null for a plain q_proj (Kimi Linear). */
-  qLoraRank: number | null;
-  kvLoraRank: number;
-  nopeDim: number;
-  ropeDim: number;
-  vDim: number;
   /** KDA heads / head dim / short-conv taps (K3, Kimi Linear). */
   kdaHeads: number;
   kdaHeadDim: number;
