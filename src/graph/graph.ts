@@ -10,7 +10,7 @@ import type { Chain } from '../kernels/chain.js';
 import type { KdaBlockArgs, Kernels, MatmulOp } from '../kernels/fast.js';
 import type { ActKind } from '../kernels/wasm/act.js';
 import type { WeightView } from '../formats/weight.js';
-import { viewNow, visitParts, type GatedMats, type Mat } from '../store/mat.js';
+import { viewNow, visitParts, visitWhole, type GatedMats, type Mat } from '../store/mat.js';
 import type { Compute } from './compute.js';
 import { linearManyInto, type LinearItem } from './linear.js';
 import { gatherRowsRef, mlaAppendRef, mlaSoftmaxRef, moeCombineRef, rmsNorm, sigmoidGateRef } from './reference.js';
@@ -30,23 +30,7 @@ export interface InputOperands {
   D: number;
 }
 
-/**
- * The calls MLA's attention makes on a whole view of kv_b, which a graph records and `Now` runs
- * at once (inside a streamed matrix's visit, where the view lives only as long as the callback).
- */
-export interface AttendOps {
-  alloc(n: number): Float32Array;
-  next(): this;
-  host(fn: () => void): void;
-  /** y[h] = rows r0 + h·rStride .. + n of w, transposed, times x[h·xStride ..] (Kernels.matvecTHeads). */
-  mvtHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xStride: number, H: number, y: Float32Array): Float32Array;
-  matmulView(w: WeightView, x: Float32Array, T: number, y: Float32Array): Float32Array;
-  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): Float32Array;
-  mlaSoftmax(sc: Float32Array, n: number, H: number): void;
-  mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): Float32Array;
-}
-
-export class Graph implements AttendOps {
+export class Graph {
   /** In order: chained dispatches and runs of host steps. */
   private readonly segments: (Chain | HostStep[])[] = [];
   private open: Chain | null = null;
@@ -205,6 +189,20 @@ export class Graph implements AttendOps {
     return out;
   }
 
+  /**
+   * fn's calls on the whole view of m: recorded on this graph when m is resident, else as a host
+   * step, on a host graph run inside m's visit (a streamed matrix's view lives only as long as that).
+   */
+  visitWhole(m: Mat, fn: (g: Graph, v: WeightView) => void): void {
+    const v = viewNow(m);
+    if (v) return fn(this, v);
+    this.host(() => visitWhole(m, (w) => {
+      const now = new Graph(this.c, null, new Map());
+      fn(now, w);
+      now.runNow();
+    }));
+  }
+
   /** Rows `rows` of src [*, cols], back to back (a MoE expert's tokens): chained when src lies in home, else a host step. */
   gatherRows(src: Float32Array, rows: readonly number[], cols: number): Float32Array {
     if (this.inHome(src)) return this.chain.gatherRows(src, rows, cols);
@@ -259,6 +257,16 @@ export class Graph implements AttendOps {
     for (; this.ranTo < this.segments.length; this.ranTo++) await this.runSegment(this.segments[this.ranTo]!);
   }
 
+  /** Every call not run yet, now: for a host graph whose steps are all synchronous (inside a visit). */
+  runNow(): void {
+    this.next();
+    for (; this.ranTo < this.segments.length; this.ranTo++) {
+      const s = this.segments[this.ranTo]!;
+      if (!Array.isArray(s)) s.run();
+      else for (const step of s) if (step() instanceof Promise) throw new Error('graph: runNow() met an asynchronous step');
+    }
+  }
+
   /** Waits for the chain start() launched: what it writes may be read after this. */
   join(): void {
     this.launched?.join();
@@ -285,51 +293,6 @@ export class Graph implements AttendOps {
   }
 }
 
-/** AttendOps run at once on `c` (each op where its operands live, or its reference); one step's view products go out as one batch at next(). */
-export class Now implements AttendOps {
-  private batch: MatmulOp[] = [];
-
-  constructor(private readonly c: Compute) {}
-
-  alloc(n: number): Float32Array {
-    return new Float32Array(n);
-  }
-
-  next(): this {
-    if (this.batch.length) this.c.matmulBatch(this.batch);
-    this.batch = [];
-    return this;
-  }
-
-  host(fn: () => void): void {
-    fn();
-  }
-
-  mvtHeads(w: WeightView, r0: number, rStride: number, n: number, x: Float32Array, xStride: number, H: number, y: Float32Array): Float32Array {
-    this.c.matvecTHeads(w, r0, rStride, n, x, 0, xStride, y, H);
-    return y;
-  }
-
-  matmulView(w: WeightView, x: Float32Array, T: number, y: Float32Array): Float32Array {
-    this.batch.push({ w, x, T, y });
-    return y;
-  }
-
-  mlaScores(qLat: Float32Array, q: Float32Array, qo: number, qStride: number, lat: Float32Array, rope: Float32Array, n: number, Lk: number, dr: number, scale: number, H: number, out: Float32Array): Float32Array {
-    this.c.mlaScores(qLat, q, qo, qStride, lat, rope, n, Lk, dr, scale, H, out);
-    return out;
-  }
-
-  mlaSoftmax(sc: Float32Array, n: number, H: number): void {
-    mlaSoftmaxRef(sc, n, H);
-  }
-
-  mlaWsum(P: Float32Array, lat: Float32Array, n: number, Lk: number, H: number, out: Float32Array): Float32Array {
-    this.c.mlaWeightedSum(P, lat, n, Lk, H, out);
-    return out;
-  }
-}
-
 /** A block's input computed now, into `out`: the AttnRes mix of the candidates when there is a
  *  fold (Compute.attnResMix), then RMSNorm; the host half of Graph.input. */
 export function inputNow(c: Compute, x: InputOperands, out: Float32Array = new Float32Array(x.T * x.D)): Float32Array {
@@ -349,6 +312,12 @@ export function graphFor(c: Compute, near: readonly ArrayBufferView[], consts: r
   return new Graph(c, kk, new Map(consts.map((v, i) => [v, placed[i]!])));
 }
 
+/** A graph chained in the kernel memory that holds m's view (graphFor), on the host when m has none now. */
+export function graphNear(c: Compute, m: Mat | null, consts: readonly Float32Array[]): Graph {
+  const v = m && viewNow(m);
+  return graphFor(c, v ? [v.data] : [], consts);
+}
+
 /**
  * `record`'s calls on a graph chained in the kernel memory of mats[0] (the first weight they
  * read), with `consts` placed there, run at once; returns what `record` returned. The resident
@@ -356,8 +325,7 @@ export function graphFor(c: Compute, near: readonly ArrayBufferView[], consts: r
  */
 export async function onGraph<R>(c: Compute, mats: readonly Mat[], consts: readonly Float32Array[], record: (g: Graph) => R): Promise<R> {
   await readResident(mats);
-  const v = mats.length ? viewNow(mats[0]!) : null;
-  const g = graphFor(c, v ? [v.data] : [], consts);
+  const g = graphNear(c, mats[0] ?? null, consts);
   try {
     const out = record(g);
     await g.run();

@@ -3,9 +3,9 @@
 // per-head keys and values. Prefill appends a chunk's latents first and then attends token by
 // token exactly as decode does, so every position's numbers are the same either way.
 
-import { rowSlice, viewNow, visitWhole, type Mat } from '../store/mat.js';
+import { rowSlice, type Mat } from '../store/mat.js';
 import type { Compute } from '../graph/compute.js';
-import { Now, graphFor, readResident, type AttendOps, type Graph } from '../graph/graph.js';
+import { graphFor, readResident, type Graph } from '../graph/graph.js';
 import type { WeightView } from '../formats/weight.js';
 import { applyRope, type Rope } from './rope.js';
 import { inputConstants, type BlockInput } from './block-input.js';
@@ -122,13 +122,11 @@ export async function mlaForward(c: Compute, p: MlaParams, w: MlaWeights, xin: F
     const q = qa ? g.next().matmul(qa.b, qn!, T) : q0;
     g.next();
     const out = g.alloc(T * H * dv);
-    const attendAll = (ops: AttendOps, kvb: WeightView): void => parts.forEach(({ T: n, cache: k }, i) => {
+    const attendAll = (ops: Graph, kvb: WeightView): void => parts.forEach(({ T: n, cache: k }, i) => {
       const r = rows[i]!;
       attend(ops, p, kvb, q.subarray(r * H * dq, (r + n) * H * dq), n, starts[i]!, k, out.subarray(r * H * dv, (r + n) * H * dv));
     });
-    const kvb = viewNow(w.kvb);
-    if (kvb) attendAll(g, kvb);
-    else g.host(() => visitWhole(w.kvb, (v) => void attendAll(new Now(c), v)));
+    g.visitWhole(w.kvb, attendAll);
     if (gate) g.next().sigmoidGate(out, gate, T * H * dv);
     const y = g.next().matmul(w.o, out, T, new Float32Array(T * w.o.rows));
     await g.run();
@@ -173,7 +171,7 @@ function ropeKeys(g: Graph, rope: Rope, dr: number, parts: readonly MlaPart[], s
  * h·(dn+dv)+dn … +dv). Each head's numbers are independent of the others, so doing the heads stage
  * by stage changes nothing.
  */
-function attend(g: AttendOps, p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
+function attend(g: Graph, p: MlaParams, kvb: WeightView, q: Float32Array, T: number, p0: number, cache: MlaCache, out: Float32Array): void {
   const { heads: H, nopeDim: dn, ropeDim: dr, vDim: dv, kvLoraRank: Lk } = p;
   const dq = dn + dr;
   const qLat = g.alloc(H * Lk), oLat = g.alloc(H * Lk), scores = g.alloc(H * (p0 + T));

@@ -9,9 +9,9 @@
 // are in flight. None of this changes a number: each product is the same canonical dot product
 // whenever it runs, and the sums keep their order.
 
-import { viewNow, type Mat } from '../store/mat.js';
+import type { Mat } from '../store/mat.js';
 import type { Compute } from '../graph/compute.js';
-import { graphFor, onGraph, type Graph } from '../graph/graph.js';
+import { graphNear, onGraph, type Graph } from '../graph/graph.js';
 import { addInPlace, linear, linearBeta, type Activation, type MlpWeights } from './ops.js';
 import { route, type RouterConfig, type Routing } from './router.js';
 import { inputConstants, type BlockInput } from './block-input.js';
@@ -91,9 +91,7 @@ export async function moeForward(c: Compute, p: MoeParams, w: MoeWeights, xin: F
  * which would lie inside its launched chain; on the host before.
  */
 function headGraph(c: Compute, w: MoeWeights, xin: Float32Array | BlockInput, fetch: ExpertFetch): Graph {
-  if (fetch.mayAllocate?.() !== false) return graphFor(c, [], []);
-  const v = viewNow(w.gate);
-  return graphFor(c, v ? [v.data] : [], [...(w.latent?.norm ? [w.latent.norm] : []), ...inputConstants(xin)]);
+  return graphNear(c, fetch.mayAllocate?.() === false ? w.gate : null, [...(w.latent?.norm ? [w.latent.norm] : []), ...inputConstants(xin)]);
 }
 
 /**
