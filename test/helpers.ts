@@ -18,7 +18,7 @@ export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
 export const SHARED = path.join(ROOT, '..', 'shared');
 export const GOLDEN = path.join(SHARED, 'golden');
 export const REALDATA = path.join(SHARED, 'realdata');
-export const CLI = path.join(ROOT, 'dist', 'src', 'cli', 'main.js');
+export const CLI = path.join(ROOT, 'dist', 'src', 'main.js');
 
 /**
  * Max |logit - golden| allowed against the float64 reference logits of ../shared/golden, on

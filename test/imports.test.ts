@@ -11,7 +11,7 @@ import ts from 'typescript';
 import { ROOT } from './helpers.js';
 
 const SRC = path.join(ROOT, 'src');
-const ENTRY_POINTS = ['cli/main.ts', 'api/index.ts']; // the binary and the library (package.json bin, exports)
+const ENTRY_POINTS = ['main.ts', 'api/index.ts']; // the binary and the library (package.json bin, exports)
 
 function sourceFiles(dir: string): string[] {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => {

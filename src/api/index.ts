@@ -13,4 +13,6 @@ export type { RunSummary } from '../generate/report.js';
 export type { ParsedToolCall } from './tool-calls.js';
 export { K3ReplyParser, parseK3Reply, type K3Delta, type K3Parsed, type K3State, type K3ToolCall } from './k3-reply.js';
 export type { ChatMessage } from '../tokenizer/index.js';
+export { samplingDefaults } from './generation-config.js';
+export type { SamplingDefaults, ServedOptions, ServeOptions, ServerHandle, StartServer } from './serve-options.js';
 export { UserError } from '../util/errors.js';

@@ -1,11 +1,11 @@
-#!/usr/bin/env node
-// `k3`: one binary, one subcommand per file in this folder. A user mistake prints one line and
-// exits 2 (1 for I/O, 4 for a failed weight read mid-run); anything else is a bug and keeps its trace.
+// `k3`: one subcommand per file in this folder (the binary is src/main.ts). A user mistake prints
+// one line and exits 2 (1 for I/O, 4 for a failed weight read mid-run); anything else is a bug and
+// keeps its trace.
 
 import * as fs from 'node:fs';
 import { UserError } from '../util/errors.js';
 import { checkCommandName } from './args.js';
-import type { Command } from './command.js';
+import type { Command, Faces } from './command.js';
 import { endQuietlyOnClosedOutput } from './signals.js';
 
 // Expert and piece reads go to libuv's thread pool; the default 4 threads is too few for a layer's
@@ -45,7 +45,7 @@ function version(): string {
   return `k3 ${pkg.version} (${pkg.name}, node ${process.version})`;
 }
 
-export async function main(argv: string[]): Promise<number> {
+async function main(argv: string[], faces: Faces): Promise<number> {
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     console.log(await usage());
@@ -62,21 +62,24 @@ export async function main(argv: string[]): Promise<number> {
     console.log(command.help);
     return 0;
   }
-  return command.run(rest);
+  return command.run(rest, faces);
 }
 
-endQuietlyOnClosedOutput();
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    if (err instanceof UserError) {
-      process.stderr.write(`k3: ${err.message}\n`);
-      process.exitCode = err.exitCode;
-    } else {
-      process.stderr.write(`k3: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-      process.exitCode = 70;
-    }
-  },
-);
+/** Runs `k3 ARGS...` and sets the exit code. */
+export function runK3(argv: string[], faces: Faces): void {
+  endQuietlyOnClosedOutput();
+  main(argv, faces).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      if (err instanceof UserError) {
+        process.stderr.write(`k3: ${err.message}\n`);
+        process.exitCode = err.exitCode;
+      } else {
+        process.stderr.write(`k3: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+        process.exitCode = 70;
+      }
+    },
+  );
+}

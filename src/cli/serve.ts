@@ -7,9 +7,7 @@ import { parse, parseIntFlag } from './args.js';
 import { untilStopped } from './signals.js';
 import { MODEL_HELP, MODEL_OPTIONS, checkModelDir, loadForCommand, loadOptionsFromFlags } from './common.js';
 import { DRAFTER_HELP, DRAFTER_OPTIONS, drafterFromFlags } from './run.js';
-import { checkDrafter, type DrafterChoice } from '../api/index.js';
-import { startServer } from '../server/server.js';
-import { samplingDefaults } from '../server/generation-config.js';
+import { checkDrafter, samplingDefaults, type DrafterChoice } from '../api/index.js';
 import { UserError } from '../util/errors.js';
 import { formatBytes } from '../util/format.js';
 
@@ -53,7 +51,8 @@ ${DRAFTER_HELP}
                     held to a structure (tools, response_format) and Ollama's /api/generate;
                     /metrics gains k3_spec_* counters
 ${MODEL_HELP}`,
-  async run(args) {
+  async run(args, faces) {
+    if (!faces) throw new Error('k3 serve: run without the server (src/main.ts hands it)');
     // V8 grows the young generation (default: up to 16 MiB semi-spaces) when much survives a
     // scavenge, as the engine's per-token arrays do under load; its pages and the freed array
     // buffers behind them then stay resident (~20 MiB of peak RSS with 32 clients on the demo
@@ -90,7 +89,7 @@ ${MODEL_HELP}`,
         const { block: _, ...choice } = checkDrafter(kimi, drafterFlags.drafter, drafterFlags.specWidth);
         drafter = choice;
       }
-      srv = await startServer(kimi, { drafter, host: values.host, port, apiKey, metricsOpen: values['metrics-open'] ?? false, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
+      srv = await faces.startServer(kimi, { drafter, host: values.host, port, apiKey, metricsOpen: values['metrics-open'] ?? false, name, bodyLimit, maxQueue, maxContext: ctx, defaults, vendorParams: values['vendor-params'] ?? false, thinking: !(values['no-thinking'] ?? false), defaultMaxTokens });
     } catch (e) {
       await kimi.close();
       throw e;

@@ -8,7 +8,7 @@
 
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { KimiModel } from '../api/index.js';
+import type { KimiModel, ServeOptions, ServerHandle } from '../api/index.js';
 import { ReadError, UserError } from '../util/errors.js';
 import { isMessagesPath, messagesRoute, sendAnthropicError } from './anthropic.js';
 import { readJson } from './body.js';
@@ -19,24 +19,8 @@ import { isOllamaPath, ollamaRoute, sendOllamaError } from './ollama.js';
 import { loadPage, servePage } from './page.js';
 import type { Served } from './served.js';
 
-/** What `k3 serve` is started with: the model's Served settings (served.ts), less the model, and the HTTP side. */
-export interface ServeOptions extends Omit<Served, 'kimi'> {
-  host?: string;
-  port?: number;
-  /** Required as `Authorization: Bearer KEY` on /v1/ routes and /metrics when set (not empty). */
-  apiKey?: string;
-  /** /metrics answers without the key (`--metrics-open`). */
-  metricsOpen?: boolean;
-  /** Largest request body in bytes (default 4 MiB). */
-  bodyLimit?: number;
-  /** Requests waiting beyond the running ones before 429 (default 64). */
-  maxQueue?: number;
-}
-
-export interface RunningServer {
+export interface RunningServer extends ServerHandle {
   server: http.Server;
-  url: string;
-  close(): Promise<void>;
 }
 
 export async function startServer(kimi: KimiModel, o: ServeOptions): Promise<RunningServer> {

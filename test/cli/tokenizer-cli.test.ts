@@ -12,7 +12,7 @@ import { UserError } from '../../src/util/errors.js';
 import { TOKENIZER } from '../helpers.js';
 
 const F = TOKENIZER;
-const MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 
 const dir = mkdtempSync(join(tmpdir(), 'k3-tok-'));
 copyFileSync(join(F, 'tiktoken.model'), join(dir, 'tiktoken.model'));

@@ -19,7 +19,7 @@ import { synthCheckpoint } from '../../src/synth/synth.js';
 import { demoTokenizerFiles, loadTokenizer, renderChat } from '../../src/tokenizer/index.js';
 import { UserError } from '../../src/util/errors.js';
 
-const MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), 'k3-chat-'));
 const DEMO = join(tmp, 'demo-k3');
 const KL = join(tmp, 'kimi-linear');

@@ -16,7 +16,7 @@ import { Tokenizer, demoTokenizerFiles } from '../../src/tokenizer/index.js';
 import { UserError } from '../../src/util/errors.js';
 import { xorshift } from '../helpers.js';
 
-const MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 
 /** Logits whose softmax is exactly `probs` (up to rounding). */
 const fromProbs = (probs: number[]): Float32Array => Float32Array.from(probs.map((p) => Math.log(p)));

@@ -4,8 +4,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { UserError } from '../util/errors.js';
-import type { SamplingDefaults } from './served.js';
+import type { SamplingDefaults } from './serve-options.js';
 
+/** The model directory's generation_config.json sampling values ({} without the file); one line naming the file and field when it is malformed. */
 export function samplingDefaults(dir: string): SamplingDefaults {
   const file = path.join(dir, 'generation_config.json');
   if (!fs.existsSync(file)) return {};
