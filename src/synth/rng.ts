@@ -32,12 +32,10 @@ function splitmix32(x: number): number {
   return (z ^ (z >>> 16)) >>> 0;
 }
 
-/** xoshiro128** with 32-bit state words; `map*` loops keep the state in locals. */
+/** xoshiro128** with 32-bit state words. */
 export class Rng {
-  private a: number;
-  private b: number;
-  private c: number;
-  private d: number;
+  /** The state words a, b, c, d. */
+  private readonly s = new Int32Array(4);
 
   /** Stream for (seed, name); seed may be any non-negative safe integer. */
   constructor(seed: number, name: string) {
@@ -45,28 +43,12 @@ export class Rng {
     const hi = Math.floor(seed / 4294967296) >>> 0;
     let x = splitmix32(lo ^ hashString(name));
     x = splitmix32(x ^ hi);
-    this.a = splitmix32(x + 1) | 0;
-    this.b = splitmix32(x + 2) | 0;
-    this.c = splitmix32(x + 3) | 0;
-    this.d = splitmix32(x + 4) | 0;
-    if ((this.a | this.b | this.c | this.d) === 0) this.a = 1;
+    for (let i = 0; i < 4; i++) this.s[i] = splitmix32(x + i + 1);
+    if ((this.s[0]! | this.s[1]! | this.s[2]! | this.s[3]!) === 0) this.s[0] = 1;
   }
 
   nextU32(): number {
-    let { a, b, c, d } = this;
-    const r = Math.imul(rotl(Math.imul(b, 5), 7), 9);
-    const t = b << 9;
-    c ^= a;
-    d ^= b;
-    b ^= c;
-    a ^= d;
-    c ^= t;
-    d = rotl(d, 11);
-    this.a = a;
-    this.b = b;
-    this.c = c;
-    this.d = d;
-    return r >>> 0;
+    return step(this.s) >>> 0;
   }
 
   /** Uniform in [0, 1). */
@@ -76,50 +58,47 @@ export class Rng {
 
   /**
    * out[i] = tab[16 random bits]; two elements per draw (an odd last element uses the low half).
-   * map16/map32/map8 are the same loop on purpose: one copy per typed-array type keeps each call
-   * site monomorphic, which is what lets multi-GB checkpoints be written at disk speed.
+   * One method per typed-array type keeps each loop monomorphic, which is what lets multi-GB
+   * checkpoints be written at disk speed; `step` is inlined into each.
    */
   map16(out: Uint16Array, tab: Uint16Array): void {
-    let a = this.a, b = this.b, c = this.c, d = this.d;
-    const n = out.length;
-    let i = 0;
-    for (; i < n; i += 2) {
-      const r = Math.imul(rotl(Math.imul(b, 5), 7), 9);
-      const t = b << 9;
-      c ^= a; d ^= b; b ^= c; a ^= d; c ^= t; d = (d << 11) | (d >>> 21);
+    const s = this.s, n = out.length;
+    for (let i = 0; i < n; i += 2) {
+      const r = step(s);
       out[i] = tab[r & 0xffff]!;
       if (i + 1 < n) out[i + 1] = tab[r >>> 16]!;
     }
-    this.a = a; this.b = b; this.c = c; this.d = d;
   }
 
   /** As map16 for 32-bit elements (f32 bit patterns). */
   map32(out: Uint32Array, tab: Uint32Array): void {
-    let a = this.a, b = this.b, c = this.c, d = this.d;
-    const n = out.length;
+    const s = this.s, n = out.length;
     for (let i = 0; i < n; i += 2) {
-      const r = Math.imul(rotl(Math.imul(b, 5), 7), 9);
-      const t = b << 9;
-      c ^= a; d ^= b; b ^= c; a ^= d; c ^= t; d = (d << 11) | (d >>> 21);
+      const r = step(s);
       out[i] = tab[r & 0xffff]!;
       if (i + 1 < n) out[i + 1] = tab[r >>> 16]!;
     }
-    this.a = a; this.b = b; this.c = c; this.d = d;
   }
 
   /** As map16 for bytes. */
   map8(out: Uint8Array, tab: Uint8Array): void {
-    let a = this.a, b = this.b, c = this.c, d = this.d;
-    const n = out.length;
+    const s = this.s, n = out.length;
     for (let i = 0; i < n; i += 2) {
-      const r = Math.imul(rotl(Math.imul(b, 5), 7), 9);
-      const t = b << 9;
-      c ^= a; d ^= b; b ^= c; a ^= d; c ^= t; d = (d << 11) | (d >>> 21);
+      const r = step(s);
       out[i] = tab[r & 0xffff]!;
       if (i + 1 < n) out[i + 1] = tab[r >>> 16]!;
     }
-    this.a = a; this.b = b; this.c = c; this.d = d;
   }
+}
+
+/** One xoshiro128** step of the state s (a, b, c, d): returns the output word (signed). */
+function step(s: Int32Array): number {
+  let a = s[0]!, b = s[1]!, c = s[2]!, d = s[3]!;
+  const r = Math.imul(rotl(Math.imul(b, 5), 7), 9);
+  const t = b << 9;
+  c ^= a; d ^= b; b ^= c; a ^= d; c ^= t; d = rotl(d, 11);
+  s[0] = a; s[1] = b; s[2] = c; s[3] = d;
+  return r;
 }
 
 function rotl(x: number, k: number): number {
